@@ -1,0 +1,77 @@
+"""Hydra callbacks around a multirun: check every job before the first trains; end with the table.
+
+Configured in ``conf/config.yaml`` under ``hydra.callbacks``, so they run with every launcher
+(basic, joblib, submitit) in the process that launched the sweep.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import config_problems
+
+
+def sweep_job_overrides(config: DictConfig) -> list[list[str]]:
+    """The overrides of every job of this multirun, as Hydra's basic sweeper will expand them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)
+    return [job for batch in batches for job in batch]
+
+
+def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        job_cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
+    except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job
+        return [str(error)]
+    return config_problems(OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]))
+
+
+class SweepCallbacks(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Validate every job's composed config; exit 2 before any training if one is invalid."""
+        if config.hydra.sweeper.get("_target_", "").split(".")[-1] != "BasicSweeper":
+            return  # other sweepers (e.g. optimisers) choose their jobs as they go
+        bad = {}
+        for overrides in sweep_job_overrides(config):
+            problems = job_problems(config, overrides)
+            if problems:
+                bad[" ".join(overrides) or "(defaults)"] = problems
+        if bad:
+            lines = [f"ablate: {len(bad)} job(s) of this sweep have an invalid config; nothing was trained:"]
+            for job, problems in bad.items():
+                lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
+            print("\n".join(lines), file=sys.stderr)
+            sys.exit(2)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Print, save and log the sweep's table; exit 1 if any job failed."""
+        from ablate.table import build_table, load_records, log_to_wandb, render, save_outputs
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        records = load_records(sweep_dir)
+        if not records:
+            return
+        table = build_table(records)
+        print(render(table, "terminal"))
+        paths = save_outputs(table, sweep_dir)
+        print(f"[ablate] table saved: {', '.join(str(p) for p in paths.values())}")
+        if config.logger.name == "wandb":
+            log_to_wandb(table, sweep_dir, paths.get("png"))
+        failed = [r for r in records if r.get("status") == "failed"]
+        if failed:
+            print(f"ablate: {len(failed)} job(s) failed: "
+                  + "; ".join(f"{r['job']['dir']}: {r['error']}" for r in failed), file=sys.stderr)
+            sys.exit(1)

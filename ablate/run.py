@@ -1,0 +1,216 @@
+"""One job: validate the config, train, evaluate, measure, and write the record.
+
+Whatever happens inside training, the job ends with a ``result.json`` whose status is ``ok``,
+``diverged`` (non-finite loss; the step is recorded) or ``failed`` (the exception is recorded),
+and with its wandb run finished (non-zero exit code unless ``ok``). A job whose record already
+says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.utilities import rank_zero_only
+
+from ablate.config import validate
+from ablate.results import read_record, write_record
+
+ARCHITECTURE_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
+CHOICE_GROUPS = (*ARCHITECTURE_GROUPS, "task", "optim", "trainer", "logger", "experiment")
+NOT_VARIANT_KEYS = ("seed", "experiment")
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def variant_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that make a job's variant: all but the seed and the experiment name."""
+    return [o for o in overrides if _key(o) not in NOT_VARIANT_KEYS and not _key(o).startswith("hydra")]
+
+
+def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
+    """The wandb group: one per sweep (stable when the sweep is relaunched into its directory)."""
+    name = cfg.experiment.name or "sweep"
+    if sweep_dir is None:
+        return name if cfg.experiment.name else "single-runs"
+    return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
+
+
+class Job:
+    """What a job needs to know about where it runs; built from Hydra's runtime config."""
+
+    def __init__(self, job_dir: Path, overrides: list[str], choices: dict[str, str],
+                 sweep_dir: str | None, num: int | None) -> None:
+        self.dir, self.overrides, self.choices = job_dir, overrides, choices
+        self.sweep_dir, self.num = sweep_dir, num
+
+    @classmethod
+    def from_hydra(cls) -> "Job":
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        multirun = hc.mode == RunMode.MULTIRUN
+        choices = {g: hc.runtime.choices.get(g) for g in CHOICE_GROUPS if g in hc.runtime.choices}
+        return cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
+                   hc.sweep.dir if multirun else None, hc.job.num if multirun else None)
+
+    @property
+    def name(self) -> str:
+        return ",".join(o for o in self.overrides if _key(o) != "experiment") or "defaults"
+
+    @property
+    def variant(self) -> str:
+        return ",".join(variant_overrides(self.overrides)) or "defaults"
+
+
+def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
+    """The resolved config, with one key per group holding the option chosen (for dashboard grouping)
+    and that option's settings under ``<group>_cfg``."""
+    out = {k: v for k, v in cfg.items() if k not in job.choices}
+    for group, choice in job.choices.items():
+        out[group] = choice
+        out[f"{group}_cfg"] = cfg.get(group)
+    out["variant"] = job.variant
+    return out
+
+
+def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
+    """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
+    validate(cfg)
+    previous = read_record(job.dir)
+    if previous and previous.get("status") == "ok" and previous.get("overrides") == job.overrides:
+        print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
+        return previous
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    group = sweep_group(cfg, job.sweep_dir)
+    record: dict[str, Any] = {
+        "status": "failed", "overrides": job.overrides, "choices": job.choices,
+        "experiment": resolved["experiment"], "config": resolved, "metrics": {}, "error": None,
+        "diverged_step": None, "wandb": None,
+        "job": {"num": job.num, "dir": str(job.dir), "sweep_dir": job.sweep_dir},
+    }
+    run = _start_wandb(cfg, job, resolved, group) if rank_zero_only.rank == 0 else None
+    if run is not None:
+        from ablate.tracking import run_dir
+
+        record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run)}
+    started = time.perf_counter()
+    try:
+        train(cfg, job, run, record["metrics"])
+        record["status"] = "ok"
+    except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
+        from ablate.lit import Diverged
+
+        if isinstance(error, Diverged):
+            record["status"], record["diverged_step"] = "diverged", error.step
+        record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
+        record["traceback"] = traceback.format_exc()
+        if not isinstance(error, Exception):  # KeyboardInterrupt/SystemExit: record, then stop
+            _finish(record, run, job)
+            raise
+    record["metrics"]["wall_time_s"] = time.perf_counter() - started
+    _finish(record, run, job)
+    return record
+
+
+def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str) -> Any:
+    if cfg.logger.name != "wandb":
+        return None
+    from ablate.tracking import init_run
+
+    return init_run(name=job.name, group=group, job_type=job.variant[:64], project=cfg.logger.project,
+                    config=_wandb_config(resolved, job), dir=job.dir)
+
+
+def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
+    if rank_zero_only.rank != 0:
+        return
+    write_record(job.dir, record)
+    if run is not None:
+        summary = {k: v for k, v in record["metrics"].items() if isinstance(v, (int, float, str))}
+        run.summary.update({**summary, "status": record["status"], "error": record["error"] or ""})
+        run.finish(exit_code=0 if record["status"] == "ok" else 1)
+    _print_summary(record, job)
+
+
+def _print_summary(record: dict[str, Any], job: Job) -> None:
+    from rich.console import Console
+
+    m = record["metrics"]
+    console = Console(stderr=False, highlight=False)
+    if record["status"] != "ok":
+        console.print(f"[bold red]{job.name}: {record['status']}[/] - {record['error']}")
+        return
+    evals = "  ".join(f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items())
+    console.print(f"[bold green]{job.name}[/]: {evals}  loss {m['loss']:.4f}  "
+                  f"{m['tokens_per_s']:,.0f} tokens/s  peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB  "
+                  f"params {m['params']:,}  ({job.dir / 'result.json'})")
+
+
+def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:
+    if cfg.logger.name == "csv":
+        from pytorch_lightning.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(job.dir), name="", version="")
+    if run is not None:
+        from pytorch_lightning.loggers import WandbLogger
+
+        return WandbLogger(experiment=run)
+    return False
+
+
+def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
+    """Build data, model and trainer from ``cfg``; fit; evaluate at every length; measure.
+
+    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
+    from ablate.data import AblateDataModule
+    from ablate.lit import AblateModule, make_optimizer, masked_loss
+    from ablate.measure import SpeedMeter, measure_training_memory
+    from ablate.model.transformer import build_model
+
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    data = AblateDataModule(cfg.task, seed=cfg.seed)
+    data.setup("fit")
+    model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths)
+    train_loader = data.train_dataloader()
+
+    metrics.update(metric=data.metric, params=params)
+    if cfg.measure.memory:
+        batch = next(iter(train_loader))
+        memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,
+                                         lambda m, b: masked_loss(m(b[0]), b[1]))
+        metrics["memory"] = memory
+        metrics["peak_memory_bytes"] = memory["peak"]
+        metrics["memory_source"] = "cpu-accounting"
+
+    speed = SpeedMeter(cfg.measure.warmup_steps)
+    trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=_loggers(cfg, job, run),
+                         callbacks=[speed], default_root_dir=str(job.dir))
+    cuda = trainer.strategy.root_device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.fit(module, train_dataloaders=train_loader)
+    if cuda:
+        metrics["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        metrics["memory_source"] = "cuda-allocator"
+    metrics.update(speed.summary())
+    metrics["steps"] = trainer.global_step
+
+    trainer.validate(module, dataloaders=data.val_dataloader(), verbose=False)
+    evals = module.eval_results()
+    metrics["eval"] = evals
+    first = evals[str(data.val_lengths[0])]
+    metrics["accuracy"], metrics["loss"] = first["accuracy"], first["loss"]
+    for length, e in evals.items():
+        metrics[f"accuracy@{length}"], metrics[f"loss@{length}"] = e["accuracy"], e["loss"]
