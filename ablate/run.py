@@ -146,7 +146,7 @@ def _print_summary(record: dict[str, Any], job: Job) -> None:
     from rich.console import Console
 
     m = record["metrics"]
-    console = Console(stderr=False, highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     if record["status"] != "ok":
         console.print(f"[bold red]{job.name}: {record['status']}[/] - {record['error']}")
         return
@@ -168,44 +168,64 @@ def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:
     return False
 
 
-def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
-    """Build data, model and trainer from ``cfg``; fit; evaluate at every length; measure.
+def _quiet_lightning() -> None:
+    """Keep a run's terminal to its progress bar and final metrics: Lightning's banner lines and
+    warnings that do not apply here (we validate after fit, on purpose) go."""
+    import logging
+    import warnings
 
-    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
+    for message in (".*no `val_dataloader`.*", ".*LeafSpec.*", ".*does not have many workers.*",
+                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*"):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
+    """Data, model and Lightning module for ``cfg``: the one place a job's pieces are made."""
     from ablate.data import AblateDataModule
-    from ablate.lit import AblateModule, make_optimizer, masked_loss
-    from ablate.measure import SpeedMeter, measure_training_memory
+    from ablate.lit import AblateModule
     from ablate.model.transformer import build_model
 
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = AblateDataModule(cfg.task, seed=cfg.seed)
     data.setup("fit")
     model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths)
-    train_loader = data.train_dataloader()
+    return data, model, module
 
-    metrics.update(metric=data.metric, params=params)
+
+def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | None = None,
+                 root_dir: str | Path | None = None) -> pl.Trainer:
+    return pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=logger,
+                      callbacks=callbacks or [], default_root_dir=str(root_dir) if root_dir else None)
+
+
+def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
+    """Build data, model and trainer from ``cfg``; fit; evaluate at every length; measure.
+
+    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
+    from ablate.lit import make_optimizer, masked_loss
+    from ablate.measure import SpeedMeter, measure_training_memory
+
+    _quiet_lightning()
+    data, model, module = build(cfg)
+    train_loader = data.train_dataloader()
+    metrics.update(metric=data.metric, params=sum(p.numel() for p in model.parameters() if p.requires_grad))
     if cfg.measure.memory:
         batch = next(iter(train_loader))
         memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,
                                          lambda m, b: masked_loss(m(b[0]), b[1]))
-        metrics["memory"] = memory
-        metrics["peak_memory_bytes"] = memory["peak"]
-        metrics["memory_source"] = "cpu-accounting"
+        metrics.update(memory=memory, peak_memory_bytes=memory["peak"], memory_source="cpu-accounting")
 
     speed = SpeedMeter(cfg.measure.warmup_steps)
-    trainer = pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=_loggers(cfg, job, run),
-                         callbacks=[speed], default_root_dir=str(job.dir))
+    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed], job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(module, train_dataloaders=train_loader)
     if cuda:
-        metrics["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        metrics["memory_source"] = "cuda-allocator"
-    metrics.update(speed.summary())
-    metrics["steps"] = trainer.global_step
+        metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
+    metrics.update(speed.summary(), steps=trainer.global_step)
 
     trainer.validate(module, dataloaders=data.val_dataloader(), verbose=False)
     evals = module.eval_results()

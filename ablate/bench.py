@@ -1,0 +1,149 @@
+"""``ablate-bench``: time every variant of an experiment interleaved, in one process.
+
+Runs of a sweep land on a shared machine at different times, so their tokens/s carry the noise of
+whatever else ran then. Here every variant is built once, then their training steps alternate
+(A B C A B C ...) after a warm-up, so a slow spell hits all variants alike and the ratios hold.
+
+    ablate-bench experiment=qkv_sharing                  # variants and baseline from the experiment
+    ablate-bench experiment=pos_enc --rounds 30 --out bench.json
+    ablate-table SWEEP_DIR --bench                       # the same for a finished sweep's variants
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.results import write_json_atomic
+
+
+class _Variant:
+    """One variant ready to step: model, optimizer and an endless batch stream, as `ablate` builds them."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from ablate.lit import make_optimizer
+        from ablate.run import build
+
+        data, self.model, _ = build(cfg)
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.optim)
+        self.clip = cfg.trainer.get("gradient_clip_val")
+        self._loader = data.train_dataloader
+        self.batches: Iterator[Any] = iter(self._loader())
+        self.times: list[float] = []
+        self.tokens_per_step = 0
+
+    def _next_batch(self) -> Any:
+        try:
+            return next(self.batches)
+        except StopIteration:  # finite (file-based) tasks: start another epoch
+            self.batches = iter(self._loader())
+            return next(self.batches)
+
+    def step(self, timed: bool) -> None:
+        from ablate.lit import masked_loss
+
+        tokens, targets = self._next_batch()
+        start = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = masked_loss(self.model(tokens), targets)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        if timed:
+            self.times.append(time.perf_counter() - start)
+            self.tokens_per_step = tokens.numel()
+
+
+def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_round: int = 5,
+                warmup_rounds: int = 2, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Time ``configs`` (variant key -> config) round-robin; per-variant min/median/max tokens/s."""
+    variants = {key: _Variant(cfg) for key, cfg in configs.items()}
+    for r in range(warmup_rounds + rounds):
+        for variant in variants.values():
+            for _ in range(steps_per_round):
+                variant.step(timed=r >= warmup_rounds)
+        if progress:
+            progress(f"round {r + 1}/{warmup_rounds + rounds}")
+    return {"rounds": rounds, "steps_per_round": steps_per_round,
+            "variants": {key: _tokens_per_s(v.times, v.tokens_per_step) for key, v in variants.items()}}
+
+
+def _tokens_per_s(times: list[float], tokens_per_step: int) -> dict[str, Any]:
+    """bench.json's per-variant entry: tokens/s min/median/max over the timed steps."""
+    return {"tokens_per_s": {"min": tokens_per_step / max(times), "median": tokens_per_step / statistics.median(times),
+                             "max": tokens_per_step / min(times)}, "timed_steps": len(times)}
+
+
+def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str | None]:
+    """The variants (seed excluded) of the sweep that ``ablate -m OVERRIDES`` would run."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ablate.cli import CONF_DIR
+    from ablate.table import variant_key
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        base = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        params = {k: str(v) for k, v in (base.hydra.sweeper.params or {}).items() if k != "seed"}
+        swept = [o for o in overrides if "," in o and not o.startswith("seed=")]
+        fixed = [o for o in overrides if o not in swept]
+        parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + swept)
+        axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                else [f"{o.get_key_element()}={o.get_value_element_as_str()}"] for o in parsed]
+        configs = {}
+        for combo in itertools.product(*axes):
+            cfg = compose(config_name="config", overrides=[*fixed, *combo, "seed=0"])
+            configs[variant_key(dict(o.split("=", 1) for o in combo))] = cfg
+        return configs, base.experiment.baseline
+
+
+def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
+    """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
+    from ablate.run import variant_overrides
+    from ablate.table import load_records, variant_key
+
+    configs: dict[str, DictConfig] = {}
+    baseline = None
+    for record in load_records(Path(sweep_dir)):
+        key = variant_key(dict(o.split("=", 1) for o in variant_overrides(record["overrides"])))
+        configs.setdefault(key, OmegaConf.create(record["config"]))
+        baseline = baseline or (record.get("experiment") or {}).get("baseline")
+    result = interleaved(configs, rounds=rounds)
+    result["baseline"] = baseline
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="ablate-bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=qkv_sharing")
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds (each: every variant in turn)")
+    parser.add_argument("--steps-per-round", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="write the figures as JSON (ablate-table reads bench.json)")
+    args = parser.parse_args(argv)
+
+    configs, baseline = experiment_configs(args.overrides)
+    result = interleaved(configs, rounds=args.rounds, steps_per_round=args.steps_per_round,
+                         progress=lambda s: print(f"\r[ablate-bench] {s}", end="", flush=True))
+    print()
+    result["baseline"] = baseline
+    base = result["variants"].get(baseline or "", next(iter(result["variants"].values())))["tokens_per_s"]
+    print(f"{'variant':40s} {'min':>10s} {'median':>10s} {'max':>10s}  ratio to {baseline or 'the first'}")
+    for key, v in result["variants"].items():
+        s = v["tokens_per_s"]
+        print(f"{key:40s} {s['min']:10.0f} {s['median']:10.0f} {s['max']:10.0f}  {s['median'] / base['median']:.3f}x")
+    if args.out:
+        write_json_atomic(args.out, result)
+        print(f"[ablate-bench] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

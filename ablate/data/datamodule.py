@@ -1,0 +1,107 @@
+"""``AblateDataModule``: the one LightningDataModule of every task."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from .base import Batch, Task
+from .registry import build_task
+
+
+def _identity(batch):
+    return batch
+
+
+def _rank() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank()
+    return 0
+
+
+class TrainStream(IterableDataset):
+    """The task's unbounded training stream of ready ``(B, T)`` batches. Each ``iter()``
+    restarts it from the beginning, so it is a pure function of ``seed``. Under data-parallel
+    training each rank draws its own stream (Lightning adds no sampler to an iterable)."""
+
+    def __init__(self, task: Task, seed: int):
+        self.task, self.seed = task, seed
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.task.train_batches(self.seed, _rank()))
+
+
+class FixedBatches(Dataset):
+    """A fixed list of ready batches (the held-out set at one length)."""
+
+    def __init__(self, batches: list[Batch]):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.batches[i]
+
+
+class AblateDataModule(pl.LightningDataModule):
+    """Data of any task in ``ablate.data.TASKS``, built from ``task_cfg`` (the ``task`` node).
+
+    Known after construction (so the model can be built): ``vocab_size``, ``n_classes``
+    (per-token head size), ``pad_id`` (``None`` for fixed-length tasks; padding is on the
+    right), ``val_lengths`` (``[seq_len] + eval_lengths``), ``max_len``, ``metric`` (label of the
+    accuracy), ``causal``, ``seq_len``, ``batch_size``, ``tokens_per_batch`` (``B*T`` of the
+    input). ``train_dataloader()`` is unbounded (``trainer.max_steps`` ends training);
+    ``val_dataloader()`` returns one loader per entry of ``val_lengths``.
+    """
+
+    def __init__(self, task_cfg: Any, seed: int = 0):
+        super().__init__()
+        self.task = build_task(task_cfg)
+        self.seed = int(seed)
+        t = self.task
+        self.name: str = t.name
+        self.vocab_size: int = int(t.vocab_size)
+        self.n_classes: int = int(t.n_classes)
+        self.pad_id: int | None = t.pad_id
+        self.val_lengths: list[int] = list(t.val_lengths)
+        self.max_len: int = int(t.max_len)
+        self.metric: str = t.metric
+        self.causal: bool = t.causal
+        self.seq_len: int = t.seq_len
+        self.batch_size: int = t.batch_size
+        self.tokens_per_batch: int = t.batch_size * t.seq_len
+        self._val: dict[int, list[Batch]] = {}
+
+    @staticmethod
+    def count_tokens(batch: Batch) -> int:
+        """Input tokens of a batch (``B*T``, padding included), for throughput."""
+        return int(batch[0].numel())
+
+    def prepare_data(self) -> None:
+        self.task.prepare()
+
+    def setup(self, stage: str | None = None) -> None:
+        self.task.setup()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TrainStream(self.task, self.seed), batch_size=None, num_workers=0,
+                          collate_fn=_identity)
+
+    def eval_batches(self, length: int) -> list[Batch]:
+        """The fixed held-out batches at ``length`` (computed once, cached)."""
+        if length not in self._val:
+            self._val[length] = self.task.eval_batches(length)
+        return self._val[length]
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(FixedBatches(self.eval_batches(L)), batch_size=None, shuffle=False,
+                           num_workers=0, collate_fn=_identity) for L in self.val_lengths]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """The held-out loaders again (the tasks have one held-out split)."""
+        return self.val_dataloader()

@@ -1,0 +1,436 @@
+"""Tasks on your own local files: sentence classification (``task=classify``, GLUE's TSV layout)
+and per-token labelling (``task=tagging``).
+
+Both read a directory ``task.path`` holding a training and a held-out ("dev") file, encode every
+example once, and then train on an unbounded, seeded stream of shuffled full batches (successive
+random permutations of the training rows); the held-out loaders run over the whole dev file.
+Sequences are truncated to the input length and padded on the right with ``pad_id``.
+
+classify
+    Byte-level tokens (the UTF-8 bytes, ids 0–255, no tokenizer, nothing downloaded) plus the
+    specials PAD=256, CLS=257, SEP=258 (``vocab_size`` 259). Files: ``train.tsv`` and
+    ``dev.tsv`` (GLUE's names; keys ``train_file``/``dev_file``), tab-separated, a header row,
+    no quoting. Text columns are found by name — ``sentence``, or a pair ``sentence1/sentence2``,
+    ``question/sentence``, ``question1/question2``, ``premise/hypothesis``,
+    ``#1 String/#2 String`` (MRPC) — and the label column is ``label``, ``gold_label`` (MNLI),
+    ``is_duplicate`` (QQP) or ``Quality`` (MRPC); keys ``text_columns`` (a list of one or two
+    names) and ``label_column`` override the search. CoLA's header-less 4-column files are
+    recognised too. Labels are mapped to ids in sorted order of the distinct label strings of
+    the training file (numeric order when all are integers).
+
+    Layout (BERT, Devlin et al. 2019, §3; GPT, Radford et al. 2018, §3.3)::
+
+        encoder (causal=false):  CLS a SEP [b SEP] PAD ...   label at position 0 (CLS)
+        causal  (causal=true):   a [SEP b] CLS PAD ...       label at the CLS, the last real token
+
+    Pairs that do not fit are truncated longest-first.
+
+tagging
+    One example per line: input tokens separated by whitespace, a tab, then exactly as many
+    target tokens separated by whitespace. Files ``train.txt`` and ``dev.txt`` (keys
+    ``train_file``/``dev_file``). Input vocabulary: PAD=0, UNK=1, then the distinct training
+    tokens in sorted order (dev tokens unseen in training become UNK). Label vocabulary: the
+    distinct training target tokens in sorted order. Every real position is labelled; padding
+    positions get ``-100``. Blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .base import IGNORE, Batch, RowsStream, Task, _is_int, train_generator
+
+# ---------------------------------------------------------------------------------------------
+# byte tokens for classification
+PAD, CLS, SEP = 256, 257, 258
+BYTE_VOCAB = 259
+
+#: text column sets searched in a TSV header, in order
+TEXT_COLUMNS: tuple[tuple[str, ...], ...] = (
+    ("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"),
+    ("premise", "hypothesis"), ("#1 String", "#2 String"), ("sentence",),
+)
+#: label column names searched in a TSV header, in order
+LABEL_COLUMNS: tuple[str, ...] = ("label", "gold_label", "is_duplicate", "Quality")
+
+Row = tuple[tuple[str, ...], str, int]  # (text segments, label, line number)
+
+
+def _csv_limit() -> None:
+    try:
+        csv.field_size_limit(sys.maxsize)
+    except OverflowError:  # pragma: no cover - 32-bit C long
+        csv.field_size_limit(2**31 - 1)
+
+
+def read_glue_tsv(path: str | Path, text_columns: Sequence[str] | None = None,
+                  label_column: str | None = None) -> list[Row]:
+    """Read a TSV file in GLUE's layout: rows of ``((text, [text2]), label, line_number)``."""
+    path = Path(path)
+    _csv_limit()
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise ValueError(f"{path}: empty file") from None
+        rows: list[Row] = []
+        cols = [h.strip() for h in header]
+        if text_columns is None and label_column is None and len(cols) == 4 and \
+                cols[1] in ("0", "1") and not any(c in cols for c in ("sentence", "label")):
+            # CoLA: source, label, original label, sentence; no header
+            text_idx, label_idx = [3], 1
+            rows.append(((cols[3],), cols[1], 1))
+        else:
+            if text_columns is not None:
+                text_columns = [text_columns] if isinstance(text_columns, str) else list(text_columns)
+                missing = [c for c in text_columns if c not in cols]
+                if missing or not 1 <= len(text_columns) <= 2:
+                    raise ValueError(f"{path}: task.text_columns={text_columns} (one or two names) "
+                                     f"not all in the header {cols}")
+                found = tuple(text_columns)
+            else:
+                found = next((ts for ts in TEXT_COLUMNS if all(t in cols for t in ts)), None)
+                if found is None:
+                    raise ValueError(f"{path}: no text column in the header {cols}; expected "
+                                     "'sentence', or a pair such as 'sentence1'/'sentence2' or "
+                                     "'question'/'sentence' (or set task.text_columns)")
+            if label_column is not None:
+                if label_column not in cols:
+                    raise ValueError(f"{path}: task.label_column={label_column!r} not in the "
+                                     f"header {cols}")
+                lab = label_column
+            else:
+                lab = next((c for c in LABEL_COLUMNS if c in cols), None)
+                if lab is None:
+                    raise ValueError(f"{path}: no label column in the header {cols}; expected "
+                                     f"one of {list(LABEL_COLUMNS)} (or set task.label_column)")
+            text_idx, label_idx = [cols.index(c) for c in found], cols.index(lab)
+        need = max(text_idx + [label_idx]) + 1
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            line = reader.line_num
+            if len(row) < need:
+                raise ValueError(f"{path}, line {line}: {len(row)} tab-separated fields, "
+                                 f"expected at least {need}")
+            label = row[label_idx].strip()
+            if not label:
+                raise ValueError(f"{path}, line {line}: empty label")
+            rows.append((tuple(row[i] for i in text_idx), label, line))
+    if not rows:
+        raise ValueError(f"{path}: no examples")
+    return rows
+
+
+def sorted_labels(labels) -> list[str]:
+    """Distinct labels in sorted order (numeric order when all are integers)."""
+    uniq = set(labels)
+    try:
+        return sorted(uniq, key=int)
+    except ValueError:
+        return sorted(uniq)
+
+
+def _byte_layout(segs: Sequence[bytes], length: int, causal: bool) -> list[bytes | int]:
+    n_special = len(segs) if causal else len(segs) + 1
+    budget = max(length - n_special, 0)
+    if len(segs) == 1:
+        segs = [segs[0][:budget]]
+    else:
+        a, b = len(segs[0]), len(segs[1])
+        if a + b > budget:  # longest-first truncation
+            half = budget // 2
+            if a <= half:
+                b = budget - a
+            elif b <= budget - half:
+                a = budget - b
+            else:
+                a, b = half, budget - half
+        segs = [segs[0][:a], segs[1][:b]]
+    if causal:
+        parts: list[bytes | int] = [segs[0]]
+        if len(segs) == 2:
+            parts += [SEP, segs[1]]
+        return parts + [CLS]
+    parts = [CLS, segs[0], SEP]
+    if len(segs) == 2:
+        parts += [segs[1], SEP]
+    return parts
+
+
+class _ClassRows:
+    """Encoded classification rows: tokens (N, T) int16, label position and label id."""
+
+    def __init__(self, tokens: torch.Tensor, pos: torch.Tensor, labels: torch.Tensor):
+        self.tokens, self.pos, self.labels = tokens, pos, labels
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def batch(self, idx) -> Batch:
+        x = self.tokens[idx].long()
+        y = torch.full_like(x, IGNORE)
+        y[torch.arange(len(x)), self.pos[idx]] = self.labels[idx]
+        return x, y
+
+
+class _TagRows:
+    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor):
+        self.tokens, self.targets = tokens, targets
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def batch(self, idx) -> Batch:
+        return self.tokens[idx].long(), self.targets[idx].long()
+
+
+def encode_classification(rows: Sequence[Row], label_ids: dict[str, int], length: int,
+                          causal: bool, where: str = "") -> _ClassRows:
+    """Encode rows to byte tokens of ``length`` (see the module docstring for the layout)."""
+    n = len(rows)
+    tokens = np.full((n, length), PAD, dtype=np.int16)
+    pos = np.zeros(n, dtype=np.int64)
+    labels = np.zeros(n, dtype=np.int64)
+    for i, (segs, label, line) in enumerate(rows):
+        if label not in label_ids:
+            raise ValueError(f"{where}, line {line}: label {label!r} does not occur in the "
+                             f"training file (known labels: {list(label_ids)})")
+        labels[i] = label_ids[label]
+        o = 0
+        for p in _byte_layout([s.encode("utf-8") for s in segs], length, causal):
+            if isinstance(p, int):
+                tokens[i, o] = p
+                o += 1
+            elif p:
+                tokens[i, o:o + len(p)] = np.frombuffer(p, dtype=np.uint8)
+                o += len(p)
+        pos[i] = o - 1 if causal else 0
+    return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
+
+
+def _dir_problems(task: str, path, files: Sequence[str | Sequence[str]], what: str) -> list[str]:
+    """Problems of ``task.path``: missing, nonexistent, not a directory, or lacking a file.
+    An entry of ``files`` may be a list of alternatives."""
+    if path is None:
+        return [f"task.path is required for task {task!r}: {what} (e.g. task.path=/data/mytask)"]
+    p = Path(str(path)).expanduser()
+    if not p.exists():
+        return [f"task.path={str(path)!r} does not exist (task {task!r} needs {what})"]
+    if not p.is_dir():
+        return [f"task.path={str(path)!r} is not a directory (task {task!r} needs {what})"]
+    out = []
+    for f in files:
+        alts = [f] if isinstance(f, str) else list(f)
+        if not any((p / a).is_file() for a in alts):
+            out.append(f"task.path={str(path)!r} has no {' or '.join(alts)} (task {task!r} needs {what})")
+    return out
+
+
+class FileTask(Task):
+    """Shared logic of tasks over pre-encoded rows of local (or downloaded) files."""
+
+    def __init__(self, seq_len, eval_lengths=(), batch_size=32, causal=False):
+        super().__init__(seq_len, eval_lengths, batch_size, causal)
+        self._encoded: dict[tuple[str, int], _ClassRows | _TagRows] = {}
+
+    def setup(self) -> None:
+        """Read the files and encode every split and length now, so bad data fails early."""
+        if not self._ready:
+            super().setup()
+            self.encoded("train", self.seq_len)
+            for length in self.val_lengths:
+                self.encoded("dev", length)
+
+    def encoded(self, split: str, length: int):
+        self.setup()
+        key = (split, length)
+        if key not in self._encoded:
+            self._encoded[key] = self._encode(split, length)
+        return self._encoded[key]
+
+    def _encode(self, split: str, length: int):
+        raise NotImplementedError
+
+    def train_batches(self, seed: int, rank: int = 0) -> Iterator[Batch]:
+        rows = self.encoded("train", self.seq_len)
+        g = train_generator(self.name, seed, rank)
+        for idx in RowsStream(len(rows), self.batch_size, g):
+            yield rows.batch(idx)
+
+    def eval_batches(self, length: int) -> list[Batch]:
+        rows = self.encoded("dev", length)
+        return [rows.batch(torch.arange(i, min(i + self.batch_size, len(rows))))
+                for i in range(0, len(rows), self.batch_size)]
+
+
+class ClassificationTask(FileTask):
+    """Sentence (pair) classification with byte tokens; subclasses provide :meth:`_rows`."""
+
+    metric = "accuracy"
+    vocab_size = BYTE_VOCAB
+    pad_id = PAD
+
+    def _rows(self, split: str) -> list[Row]:
+        raise NotImplementedError
+
+    def _source(self, split: str) -> str:
+        return split
+
+    def _setup(self) -> None:
+        self._split_rows = {"train": self._rows("train"), "dev": self._rows("dev")}
+        self.labels = sorted_labels(r[1] for r in self._split_rows["train"])
+        self.label_ids = {l: i for i, l in enumerate(self.labels)}
+        if len(self.labels) > self.n_classes:
+            raise ValueError(f"{self._source('train')}: {len(self.labels)} distinct labels, "
+                             f"more than the {self.n_classes} classes expected")
+
+    def _encode(self, split, length):
+        return encode_classification(self._split_rows[split], self.label_ids, length,
+                                     self.causal, self._source(split))
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        out = super().problems(cfg)
+        lengths = [cfg.get("seq_len")] + list(cfg.get("eval_lengths") or [])
+        if all(_is_int(x) and x > 0 for x in lengths) and min(lengths) < 4:
+            out.append(f"task.seq_len={cfg.get('seq_len')} is too short for classification: "
+                       "the specials alone take up to 3 positions; use at least 4")
+        return out
+
+
+class Classify(ClassificationTask):
+    """Your sentence (pair) classification data in GLUE's TSV layout (Wang et al., 2019,
+    "GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language Understanding")."""
+
+    name = "classify"
+    path_required = True
+
+    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+                 causal: bool = False, path: str | None = None, train_file: str = "train.tsv",
+                 dev_file: str = "dev.tsv", text_columns: Sequence[str] | None = None,
+                 label_column: str | None = None):
+        super().__init__(seq_len, eval_lengths, batch_size, causal)
+        probs = _dir_problems(self.name, path, [train_file, dev_file], self.what(train_file, dev_file))
+        if probs:
+            raise ValueError("; ".join(probs))
+        self.path = Path(str(path)).expanduser()
+        self.files = {"train": self.path / train_file, "dev": self.path / dev_file}
+        self.text_columns = None if text_columns is None else (
+            [text_columns] if isinstance(text_columns, str) else list(text_columns))
+        self.label_column = label_column
+        # the number of classes must be known before the model is built: read train now
+        self._train_rows = self._read("train")
+        self.n_classes = len(sorted_labels(r[1] for r in self._train_rows))
+
+    @staticmethod
+    def what(train_file="train.tsv", dev_file="dev.tsv") -> str:
+        return f"a directory holding {train_file} and {dev_file} in GLUE's TSV layout"
+
+    def _read(self, split):
+        return read_glue_tsv(self.files[split], self.text_columns, self.label_column)
+
+    def _source(self, split):
+        return str(self.files[split])
+
+    def _rows(self, split):
+        return self._train_rows if split == "train" else self._read(split)
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        out = super().problems(cfg)
+        tf, df = cfg.get("train_file", "train.tsv"), cfg.get("dev_file", "dev.tsv")
+        return out + _dir_problems(cls.name, cfg.get("path"), [tf, df], cls.what(tf, df))
+
+
+# ---------------------------------------------------------------------------------------------
+# tagging
+
+def read_tagging_file(path: str | Path) -> list[tuple[list[str], list[str], int]]:
+    """Rows ``(input_tokens, target_tokens, line_number)`` of a tagging file."""
+    path = Path(path)
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if "\t" not in line:
+                raise ValueError(f"{path}, line {line_no}: no tab; expected input tokens, a tab, "
+                                 "then the target tokens")
+            left, right = line.split("\t", 1)
+            xs, ys = left.split(), right.split()
+            if len(xs) != len(ys):
+                raise ValueError(f"{path}, line {line_no}: {len(xs)} input tokens but {len(ys)} "
+                                 "target tokens; each input token needs exactly one target")
+            if not xs:
+                raise ValueError(f"{path}, line {line_no}: no tokens")
+            rows.append((xs, ys, line_no))
+    if not rows:
+        raise ValueError(f"{path}: no examples")
+    return rows
+
+
+class Tagging(FileTask):
+    """Per-token labelling of your own data (sequence labelling as in CoNLL-2003 NER,
+    Tjong Kim Sang & De Meulder, 2003): one label per input token."""
+
+    name = "tagging"
+    metric = "token_accuracy"
+    path_required = True
+    PAD_ID, UNK_ID = 0, 1
+
+    def __init__(self, seq_len: int = 64, eval_lengths=(), batch_size: int = 32,
+                 causal: bool = False, path: str | None = None, train_file: str = "train.txt",
+                 dev_file: str = "dev.txt"):
+        super().__init__(seq_len, eval_lengths, batch_size, causal)
+        probs = _dir_problems(self.name, path, [train_file, dev_file], self.what(train_file, dev_file))
+        if probs:
+            raise ValueError("; ".join(probs))
+        self.path = Path(str(path)).expanduser()
+        self.files = {"train": self.path / train_file, "dev": self.path / dev_file}
+        self._rows = {"train": read_tagging_file(self.files["train"])}
+        train = self._rows["train"]
+        self.tokens = sorted({t for xs, _, _ in train for t in xs})
+        self.token_ids = {t: i + 2 for i, t in enumerate(self.tokens)}
+        self.tags = sorted({t for _, ys, _ in train for t in ys})
+        self.tag_ids = {t: i for i, t in enumerate(self.tags)}
+        self.vocab_size = 2 + len(self.tokens)
+        self.n_classes = len(self.tags)
+        self.pad_id = self.PAD_ID
+
+    @staticmethod
+    def what(train_file="train.txt", dev_file="dev.txt") -> str:
+        return (f"a directory holding {train_file} and {dev_file}, one example per line: "
+                "input tokens, a tab, as many target tokens")
+
+    def _setup(self) -> None:
+        self._rows["dev"] = read_tagging_file(self.files["dev"])
+
+    def _encode(self, split, length):
+        rows = self._rows[split]
+        n = len(rows)
+        x = np.full((n, length), self.PAD_ID, dtype=np.int16 if self.vocab_size < 2**15 else np.int64)
+        y = np.full((n, length), IGNORE, dtype=np.int16 if self.n_classes < 2**15 else np.int64)
+        for i, (xs, ys, line) in enumerate(rows):
+            xs, ys = xs[:length], ys[:length]
+            x[i, :len(xs)] = [self.token_ids.get(t, self.UNK_ID) for t in xs]
+            try:
+                y[i, :len(ys)] = [self.tag_ids[t] for t in ys]
+            except KeyError as e:
+                raise ValueError(f"{self.files[split]}, line {line}: target {e.args[0]!r} does not "
+                                 f"occur in {self.files['train'].name} (known: {self.tags})") from None
+        return _TagRows(torch.from_numpy(x), torch.from_numpy(y))
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        out = super().problems(cfg)
+        tf, df = cfg.get("train_file", "train.txt"), cfg.get("dev_file", "dev.txt")
+        return out + _dir_problems(cls.name, cfg.get("path"), [tf, df], cls.what(tf, df))

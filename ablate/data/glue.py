@@ -1,0 +1,131 @@
+"""GLUE classification tasks (Wang et al., 2019, "GLUE: A Multi-Task Benchmark and Analysis
+Platform for Natural Language Understanding"): ``task=glue task.name=NAME`` with NAME one of
+:data:`GLUE_TASKS` (cola, sst2, mrpc, qqp, mnli, qnli, rte, wnli).
+
+* ``task.path`` null: the data comes from the Hugging Face hub through the ``datasets`` library
+  (``datasets.load_dataset("nyu-mll/glue", NAME)``, the canonical home of the former ``"glue"``
+  dataset; splits ``train`` and ``validation`` — ``validation_matched`` for MNLI). ``datasets``
+  is an optional dependency: ``pip install -e '.[glue]'``. It is imported lazily, so nothing
+  else needs it. The download happens in ``prepare_data`` (rank 0) and is cached by ``datasets``.
+* ``task.path`` set: a directory of local files in GLUE's own format (the files of the original
+  GLUE distribution): ``train.tsv`` and ``dev.tsv`` (MNLI: ``dev_matched.tsv`` if there is no
+  ``dev.tsv``), read by the same TSV reader as ``task=classify``. This is how the tests cover it.
+
+Tokens, layout and label ids are those of ``task=classify`` (byte tokens with CLS/SEP/PAD,
+labels in sorted order of their strings; the hub's integer labels are used as strings). The
+held-out split is GLUE's dev set (its test labels are not public). The metric is accuracy for
+every task (GLUE's official CoLA metric is Matthews correlation, and MRPC/QQP also report F1;
+those are not computed here). STS-B is a regression task and is not supported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Task
+from .files import ClassificationTask, _dir_problems, read_glue_tsv
+
+#: GLUE classification tasks and their number of classes
+GLUE_TASKS: dict[str, int] = {
+    "cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
+}
+UNSUPPORTED = {"stsb": "GLUE's stsb is a regression task and is not supported"}
+
+#: text columns of each task in the hub's version
+HUB_COLUMNS: dict[str, tuple[str, ...]] = {
+    "cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
+    "qqp": ("question1", "question2"), "mnli": ("premise", "hypothesis"),
+    "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"),
+    "wnli": ("sentence1", "sentence2"),
+}
+HUB_DATASET = "nyu-mll/glue"
+
+
+def _import_datasets():
+    try:
+        import datasets  # noqa: PLC0415 - optional dependency, imported lazily
+    except ImportError:
+        raise ImportError(
+            "task.path is null, so GLUE is loaded with the `datasets` library, which is not "
+            "installed: pip install -e '.[glue]' (or set task.path to a directory holding "
+            "GLUE's train.tsv and dev.tsv)") from None
+    return datasets
+
+
+class GlueTask(ClassificationTask):
+    """Base of the GLUE tasks; each subclass sets ``name`` to its GLUE name."""
+
+    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+                 causal: bool = False, path: str | None = None):
+        super().__init__(seq_len, eval_lengths, batch_size, causal)
+        self.n_classes = GLUE_TASKS[self.name]
+        self.path = None if path is None else Path(str(path)).expanduser()
+        if self.path is not None:
+            probs = _dir_problems(self.name, str(path), self.local_files(), self.what())
+            if probs:
+                raise ValueError("; ".join(probs))
+        self._hub = None
+
+    @classmethod
+    def local_files(cls) -> list:
+        dev = ["dev.tsv", "dev_matched.tsv"] if cls.name == "mnli" else "dev.tsv"
+        return ["train.tsv", dev]
+
+    @classmethod
+    def what(cls) -> str:
+        dev = "dev.tsv (or dev_matched.tsv)" if cls.name == "mnli" else "dev.tsv"
+        return f"a directory holding GLUE's train.tsv and {dev}"
+
+    def _file(self, split: str) -> Path:
+        if split == "train":
+            return self.path / "train.tsv"
+        if self.name == "mnli" and not (self.path / "dev.tsv").is_file():
+            return self.path / "dev_matched.tsv"
+        return self.path / "dev.tsv"
+
+    def _source(self, split: str) -> str:
+        if self.path is not None:
+            return str(self._file(split))
+        return f"{HUB_DATASET}/{self.name}:{self._hub_split(split)}"
+
+    def _hub_split(self, split: str) -> str:
+        if split == "train":
+            return "train"
+        return "validation_matched" if self.name == "mnli" else "validation"
+
+    def _load_hub(self):
+        if self._hub is None:
+            datasets = _import_datasets()
+            self._hub = datasets.load_dataset(HUB_DATASET, self.name)
+        return self._hub
+
+    def prepare(self) -> None:
+        if self.path is None:
+            self._load_hub()
+
+    def _rows(self, split: str):
+        if self.path is not None:
+            return read_glue_tsv(self._file(split))
+        ds = self._load_hub()[self._hub_split(split)]
+        cols = [list(ds[c]) for c in HUB_COLUMNS[self.name]]
+        labels = list(ds["label"])
+        return [(tuple(c[i] for c in cols), str(int(labels[i])), i + 1)
+                for i in range(len(labels)) if int(labels[i]) >= 0]
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        out = super().problems(cfg)
+        if cfg.get("path") is not None:
+            out += _dir_problems(cls.name, cfg["path"], cls.local_files(), cls.what())
+        return out
+
+
+def _make(name: str) -> type[Task]:
+    cls = type(name.upper(), (GlueTask,),
+               {"name": name, "__doc__": f"GLUE {name} (Wang et al., 2019); "
+                                         f"{GLUE_TASKS[name]} classes."})
+    cls.__module__ = __name__
+    return cls
+
+
+GLUE_CLASSES: dict[str, type[Task]] = {n: _make(n) for n in GLUE_TASKS}

@@ -1,0 +1,153 @@
+"""Byte-level language modelling on local text (``task=lm``).
+
+Tokens are the UTF-8 bytes of the text (vocabulary 256, no tokenizer, no specials). Each input
+position is labelled with the next byte (metric ``next_token_accuracy``; the loss is nats per
+byte, ``loss / ln 2`` bits per byte).
+
+``task.path``: a text file, or a directory whose ``*.txt`` files (recursively, sorted by path)
+are concatenated with a newline between files. When ``task.path`` is null the default corpus is
+used: the source code of a fixed list of pure-Python standard-library modules of the running
+interpreter (:data:`DEFAULT_CORPUS_MODULES`, ~1.6 MB on CPython 3.11), located with
+``importlib.util.find_spec`` (falling back to ``sysconfig``'s stdlib directory) and read in that
+order. Every CPython installation ships these files, so nothing is downloaded. The bytes differ
+slightly between Python versions: compare runs made with the same interpreter.
+
+Split by position: the first ``1 - val_fraction`` of the bytes train, the last ``val_fraction``
+is held out. Training windows start at seeded uniform random offsets of the training part;
+held-out windows are fixed: up to ``n_test`` non-overlapping windows, evenly spread over the
+held-out part, at each evaluation length.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sysconfig
+from pathlib import Path
+
+import torch
+
+from .base import Batch, Task, train_generator
+
+#: stdlib modules whose source forms the default corpus (all present since Python 3.10)
+DEFAULT_CORPUS_MODULES: tuple[str, ...] = (
+    "argparse", "ast", "calendar", "collections", "configparser", "contextlib", "copy", "csv",
+    "dataclasses", "difflib", "enum", "fractions", "functools", "getopt", "gettext", "glob",
+    "heapq", "inspect", "logging", "optparse", "pprint", "queue", "random", "shlex", "shutil",
+    "statistics", "string", "tarfile", "tempfile", "textwrap", "threading", "tokenize",
+    "traceback", "typing", "warnings", "weakref",
+)
+
+
+def _module_source(name: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin and spec.origin.endswith(".py") and os.path.isfile(spec.origin):
+        return Path(spec.origin)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for cand in (stdlib / f"{name}.py", stdlib / name / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def default_corpus_files() -> list[Path]:
+    """The files of the default corpus, in order (modules absent from this Python are skipped)."""
+    return [p for p in map(_module_source, DEFAULT_CORPUS_MODULES) if p is not None]
+
+
+def read_corpus(path: str | os.PathLike | None) -> bytes:
+    """The bytes of ``path`` (file, or directory of ``*.txt``), or of the default corpus."""
+    if path is None:
+        files = default_corpus_files()
+        if not files:
+            raise ValueError("task.path is null and the default corpus (Python standard-library "
+                             "sources) was not found on this machine; set task.path=FILE")
+    else:
+        p = Path(path).expanduser()
+        if p.is_file():
+            files = [p]
+        elif p.is_dir():
+            files = sorted(q for q in p.rglob("*.txt") if q.is_file())
+            if not files:
+                raise ValueError(f"task.path={str(path)!r} is a directory without *.txt files")
+        else:
+            raise ValueError(f"task.path={str(path)!r} does not exist (lm needs a text file or "
+                             "a directory of *.txt files; null uses the built-in corpus)")
+    return b"\n".join(f.read_bytes() for f in files)
+
+
+class LanguageModel(Task):
+    """Byte-level causal language modelling (next-byte prediction, Shannon 1951; the
+    character-level setting of Al-Rfou et al., 2019, "Character-Level Language Modeling with
+    Deeper Self-Attention")."""
+
+    name = "lm"
+    metric = "next_token_accuracy"
+    vocab_size = 256
+    n_classes = 256
+    pad_id = None
+
+    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+                 causal: bool = True, path: str | None = None, val_fraction: float = 0.1,
+                 n_test: int = 256):
+        super().__init__(seq_len, eval_lengths, batch_size, causal)
+        self.path = None if path is None else str(path)
+        self.val_fraction = float(val_fraction)
+        self.n_test = int(n_test)
+        if self.path is not None and not Path(self.path).expanduser().exists():
+            raise ValueError(f"task.path={self.path!r} does not exist")
+
+    def _setup(self) -> None:
+        data = torch.frombuffer(bytearray(read_corpus(self.path)), dtype=torch.uint8)
+        split = int(round(len(data) * (1 - self.val_fraction)))
+        self.train_data, self.held_out = data[:split], data[split:]
+        if len(self.train_data) < self.seq_len + 2:
+            raise ValueError(f"task.path={self.path!r}: the training part has {len(self.train_data)} "
+                             f"bytes, fewer than task.seq_len+1={self.seq_len + 1}")
+        if len(self.held_out) < self.max_len + 1:
+            raise ValueError(f"task.path={self.path!r}: the held-out part ({self.val_fraction:g} of "
+                             f"the text) has {len(self.held_out)} bytes, fewer than the longest "
+                             f"evaluation length + 1 = {self.max_len + 1}")
+
+    @staticmethod
+    def _windows(data: torch.Tensor, starts: torch.Tensor, length: int) -> Batch:
+        w = data[starts[:, None] + torch.arange(length + 1)].long()
+        return w[:, :-1], w[:, 1:]
+
+    def train_batches(self, seed: int, rank: int = 0):
+        self.setup()
+        g = train_generator(self.name, seed, rank)
+        B, T = self.batch_size, self.seq_len
+        data = self.train_data
+        hi = len(data) - T  # start s needs s + T < len(data)
+        ar = torch.arange(T + 1)
+        while True:
+            starts = torch.randint(0, hi, (B,), generator=g)
+            w = data[starts[:, None] + ar].long()
+            yield w[:, :-1], w[:, 1:]
+
+    def eval_batches(self, length: int) -> list[Batch]:
+        self.setup()
+        avail = (len(self.held_out) - 1) // length
+        k = min(self.n_test, avail)
+        starts = (torch.arange(k) * avail // k) * length
+        return [self._windows(self.held_out, starts[i:i + self.batch_size], length)
+                for i in range(0, k, self.batch_size)]
+
+    @classmethod
+    def problems(cls, cfg: dict) -> list[str]:
+        out = super().problems(cfg)
+        path = cfg.get("path")
+        if path is not None and not Path(str(path)).expanduser().exists():
+            out.append(f"task.path={str(path)!r} does not exist (lm needs a text file or a "
+                       "directory of *.txt files; null uses the built-in corpus)")
+        vf = cfg.get("val_fraction", 0.1)
+        if not (isinstance(vf, (int, float)) and 0 < vf < 1):
+            out.append(f"task.val_fraction must be in (0, 1), got {vf!r}")
+        if cfg.get("causal", True) is False:
+            out.append("task.causal=false lets a language model see the byte it must predict; "
+                       "lm needs task.causal=true")
+        return out

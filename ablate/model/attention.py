@@ -1,0 +1,198 @@
+"""Multi-head self-attention, with the six ways of sharing the Q, K, V projections.
+
+Every class is built as ``cls(d_model, n_heads, dropout=0.0, bias=True, mask_self=False,
+**kwargs)`` and owns one fused input projection ``qkv`` (an ``nn.Linear`` whose output
+rows are tagged with ``qkv.roles``: (role, size) pairs, used by ``init.py``) and the output
+projection ``out_proj``. Sharing is real: a shared projection is computed once and the
+same tensor is used in every role, so it saves parameters and matmuls.
+
+=============  ==========================  =========================  ===================
+name           projection                  params (no bias)           source
+=============  ==========================  =========================  ===================
+independent    [Q | K | V] = x W, W: d×3d  3d² + d²                   Vaswani et al. 2017
+qk_shared      [QK | V],     W: d×2d       2d² + d²                   Kitaev et al. 2020
+qkv_shared     QKV,          W: d×d        d² + d²                    Kayyam et al. 2026
+kv_shared      [Q | KV],     W: d×2d       2d² + d²                   Kayyam et al. 2026
+mqa            [Q | K | V], one K/V head   d² + 2·d·hd + d²           Shazeer 2019
+gqa            [Q | K | V], kv_heads       d² + 2·d·kv_heads·hd + d²  Ainslie et al. 2023
+=============  ==========================  =========================  ===================
+
+All of them call ``F.scaled_dot_product_attention``; ``attention_mask`` builds, once per
+forward for all layers, the ``attn_mask`` / ``is_causal`` pair it gets.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: bool = False,
+                   bias: Tensor | None = None, key_padding: Tensor | None = None,
+                   ) -> tuple[Tensor | None, bool]:
+    """The (attn_mask, is_causal) arguments of SDPA for a length-T self-attention.
+
+    ``bias``: additive (heads, T, T) position bias or None; ``key_padding``: (B, T) bool,
+    True at padding keys, or None. Without padding or ``mask_self``, a bias-free model takes
+    SDPA's fast path (None, causal) and an encoder's bias passes as is. Otherwise a boolean
+    mask (True = may attend), or the bias with -inf where attending is not allowed. A query
+    that would be left with no key at all attends to itself (``mask_self``) or, failing that
+    (an all-padding row), to every key, so softmax never sees an empty row.
+    """
+    if key_padding is None and not mask_self and (bias is None or not causal):
+        return bias, causal and bias is None
+    allowed = torch.ones(T, T, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed.tril()
+    if key_padding is not None:
+        allowed = allowed & ~key_padding[:, None, None, :]  # (B, 1, T, T)
+    if mask_self:  # Kitaev et al. 2020, §2: a token may not attend to itself unless alone
+        eye = torch.eye(T, dtype=torch.bool, device=device)
+        others = allowed & ~eye
+        allowed = others | (eye & ~others.any(-1, keepdim=True))
+    allowed = allowed | ~allowed.any(-1, keepdim=True)
+    if bias is None:
+        return allowed, False
+    return bias.masked_fill(~allowed, float("-inf")), False
+
+
+class Attention(nn.Module):
+    """Base class: subclasses create ``self.qkv`` (via ``_projection``) and ``project``.
+
+    ``mask_self``: exclude each token's own key (the shared-QK trick of Kitaev et al. 2020,
+    Reformer §2: with Q = K a token's score with itself dominates). Offered by the Q=K
+    variants' YAMLs, default false: the ablation measures plain sharing.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 mask_self: bool = False) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"attention: d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout, self.mask_self, self.use_bias = dropout, mask_self, bias
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def _projection(self, *roles: tuple[str, int]) -> None:
+        self.qkv = nn.Linear(self.d_model, sum(size for _, size in roles), bias=self.use_bias)
+        self.qkv.roles = roles
+        self._sizes = [size for _, size in roles]
+
+    def heads(self, t: Tensor) -> Tensor:
+        """(B, T, h·hd) -> (B, h, T, hd)."""
+        B, T, _ = t.shape
+        return t.view(B, T, -1, self.head_dim).transpose(1, 2)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, T, hd), k and v (B, H_kv, T, hd); shared roles are the same tensor."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, pos: nn.Module, attn_mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.project(x)
+        q, k = pos.rotate(q, k)
+        if attn_mask is not None and attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+            attn_mask = attn_mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
+        extra = {}
+        if k.shape[1] != q.shape[1]:  # MQA/GQA: each K/V head serves a group of query heads
+            if attn_mask is None:
+                extra["enable_gqa"] = True
+            else:  # the fused masked kernels do not take groups: expand K/V instead
+                g = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
+            dropout_p=self.dropout if self.training else 0.0, **extra)
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, self.d_model))
+
+
+class Independent(Attention):
+    """Separate W_Q, W_K, W_V (Vaswani et al. 2017, §3.2.2), fused into one d×3d matmul."""
+
+    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
+        super().__init__(d_model, n_heads, **kw)
+        self._projection(("q", d_model), ("k", d_model), ("v", d_model))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv(x).split(self._sizes, dim=-1)
+        return self.heads(q), self.heads(k), self.heads(v)
+
+
+class QKShared(Attention):
+    """Q = K = x W_QK, V = x W_V: the shared-QK attention of Kitaev et al. 2020 (Reformer,
+    §2 "Shared-QK Transformer"; they also set ``mask_self``), as ablated by Kayyam et al.
+    2026 ("Do Transformers Need Three Projections?")."""
+
+    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
+        super().__init__(d_model, n_heads, **kw)
+        self._projection(("qk", d_model), ("v", d_model))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        qk, v = self.qkv(x).split(self._sizes, dim=-1)
+        qk = self.heads(qk)
+        return qk, qk, self.heads(v)
+
+
+class QKVShared(Attention):
+    """Q = K = V = x W (Kayyam et al. 2026, "Do Transformers Need Three Projections?",
+    the single-projection variant): one d×d input projection."""
+
+    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
+        super().__init__(d_model, n_heads, **kw)
+        self._projection(("qkv", d_model))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        t = self.heads(self.qkv(x))
+        return t, t, t
+
+
+class KVShared(Attention):
+    """Q = x W_Q, K = V = x W_KV (Kayyam et al. 2026, "Do Transformers Need Three
+    Projections?", the shared key-value variant)."""
+
+    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
+        super().__init__(d_model, n_heads, **kw)
+        self._projection(("q", d_model), ("kv", d_model))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, kv = self.qkv(x).split(self._sizes, dim=-1)
+        kv = self.heads(kv)
+        return self.heads(q), kv, kv
+
+
+class GQA(Attention):
+    """Grouped-query attention (Ainslie et al. 2023, §2.2): ``kv_heads`` K/V heads, each
+    shared by n_heads / kv_heads query heads."""
+
+    def __init__(self, d_model: int, n_heads: int, kv_heads: int = 2, **kw) -> None:
+        super().__init__(d_model, n_heads, **kw)
+        if kv_heads < 1 or n_heads % kv_heads:
+            raise ValueError(f"gqa: kv_heads={kv_heads} must divide n_heads={n_heads}")
+        self.kv_heads = kv_heads
+        kv = kv_heads * self.head_dim
+        self._projection(("q", d_model), ("k", kv), ("v", kv))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv(x).split(self._sizes, dim=-1)
+        return self.heads(q), self.heads(k), self.heads(v)
+
+
+class MQA(GQA):
+    """Multi-query attention (Shazeer 2019, "Fast Transformer Decoding: One Write-Head is
+    All You Need", §3): a single K/V head shared by all query heads."""
+
+    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
+        super().__init__(d_model, n_heads, kv_heads=1, **kw)
+
+
+ATTENTIONS: dict[str, type[Attention]] = {
+    "independent": Independent,
+    "qk_shared": QKShared,
+    "qkv_shared": QKVShared,
+    "kv_shared": KVShared,
+    "mqa": MQA,
+    "gqa": GQA,
+}

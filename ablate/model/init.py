@@ -1,0 +1,113 @@
+"""Weight initialisation schemes, applied once to a built ``Transformer``.
+
+``INITS`` maps ``init.name`` to a function ``fn(model, **kwargs)`` (kwargs: the keys of
+``conf/init/<name>.yaml`` besides ``name``). The model must expose ``d_model`` and
+``n_layers``. Conventions the schemes rely on:
+
+* every ``nn.Linear`` is a weight matrix to initialise; a fused one (attention ``qkv``,
+  gated FFN ``fc``) tags its output rows with ``roles`` = ((role, size), ...), and each role
+  block is initialised as if it were its own Linear (so a fused [Q | K | V] gets the same
+  Xavier std as three separate d×d layers);
+* residual-branch output projections (attention and FFN) are named ``out_proj``;
+* FFN layers live under a module named ``ffn``.
+
+Except ``default``, every scheme zeroes Linear biases and re-draws ``nn.Embedding`` tables
+(tokens, learned positions, T5 buckets); norms keep their own initial values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+def weight_blocks(model: nn.Module) -> Iterator[tuple[str, str, Tensor]]:
+    """(module name, role, weight rows) for every Linear, one block per role (views)."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            roles = getattr(m, "roles", (("", m.out_features),))
+            for (role, _), rows in zip(roles, m.weight.split([n for _, n in roles], dim=0)):
+                yield name, role, rows
+
+
+def is_residual_out(name: str) -> bool:
+    return name.split(".")[-1] == "out_proj"
+
+
+@torch.no_grad()
+def _reset(model: nn.Module, weight: Callable[[str, str, Tensor], None], embedding_std: float) -> None:
+    for name, role, w in weight_blocks(model):
+        weight(name, role, w)
+    for m in model.modules():
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            m.bias.zero_()
+        elif isinstance(m, nn.Embedding):
+            m.weight.normal_(0.0, embedding_std)
+
+
+def default(model: nn.Module) -> None:
+    """PyTorch's own initialisation (Linear: Kaiming-uniform with a = sqrt(5), i.e.
+    U(±1/sqrt(fan_in)) (He et al. 2015); Embedding: N(0, 1)); nothing is changed."""
+
+
+def xavier(model: nn.Module) -> None:
+    """Glorot & Bengio 2010, eq. 16: W ~ U(±sqrt(6 / (fan_in + fan_out))), std
+    sqrt(2 / (fan_in + fan_out)). Embeddings N(0, d^-1/2) (Vaswani et al. 2017's scale)."""
+    _reset(model, lambda name, role, w: nn.init.xavier_uniform_(w), model.d_model ** -0.5)
+
+
+def normal(model: nn.Module, std: float = 0.02) -> None:
+    """Every weight and embedding N(0, 0.02²) (GPT-2: Radford et al. 2019; the value is
+    from GPT, Radford et al. 2018, §4.1)."""
+    _reset(model, lambda name, role, w: w.normal_(0.0, std), std)
+
+
+def scaled(model: nn.Module, std: float = 0.02) -> None:
+    """GPT-2 (Radford et al. 2019, §2.3): ``normal``, with the residual-branch output
+    projections scaled by 1/sqrt(N) for N residual layers, N = 2·n_layers (two residual
+    branches per block): std 0.02/sqrt(2·n_layers)."""
+    out_std = std / math.sqrt(2 * model.n_layers)
+    _reset(model, lambda name, role, w: w.normal_(0.0, out_std if is_residual_out(name) else std), std)
+
+
+def small_init(model: nn.Module) -> None:
+    """SmallInit (Nguyen & Salazar 2019, "Transformers without Tears", §2; as named in
+    GPT-NeoX): every weight and embedding N(0, 2/(5d)), i.e. Xavier's std for a d×4d layer."""
+    std = math.sqrt(2 / (5 * model.d_model))
+    _reset(model, lambda name, role, w: w.normal_(0.0, std), std)
+
+
+def deepnet(model: nn.Module) -> None:
+    """DeepNet (Wang et al. 2022, Fig. 2): Xavier (gain 1) for Q and K; Xavier with gain
+    β = (8N)^(-1/4) for V, the attention output and both FFN layers (N = n_layers, the
+    encoder-only / decoder-only value). Only the V rows of a fused QKV weight get β (for
+    ``qkv_shared``, ``kv_shared`` the shared projection carries V and gets β)."""
+    beta = (8 * model.n_layers) ** -0.25
+
+    def weight(name: str, role: str, w: Tensor) -> None:
+        scaled_up = "v" in role or is_residual_out(name) or "ffn" in name.split(".")
+        nn.init.xavier_uniform_(w, gain=beta if scaled_up else 1.0)
+
+    _reset(model, weight, model.d_model ** -0.5)
+
+
+def zero_out(model: nn.Module, std: float = 0.02) -> None:
+    """``normal``, but every residual-branch output projection starts at exactly zero, so
+    each block is the identity at initialisation (as in ReZero, Bachlechner et al. 2020,
+    and Fixup's zero-initialised last layers, Zhang et al. 2019, §3)."""
+    _reset(model, lambda name, role, w: w.zero_() if is_residual_out(name) else w.normal_(0.0, std), std)
+
+
+INITS: dict[str, Callable[..., None]] = {
+    "default": default,
+    "xavier": xavier,
+    "normal": normal,
+    "scaled": scaled,
+    "small_init": small_init,
+    "deepnet": deepnet,
+    "zero_out": zero_out,
+}

@@ -1,0 +1,87 @@
+"""Normalisation layers and where they sit in a block.
+
+``NORMS`` maps ``norm.name`` to a class built as ``cls(d_model, eps=...)``; ``PLACEMENTS``
+lists the values of ``norm.placement`` (how ``transformer.Block`` wires a sublayer f):
+
+* ``pre``      x + f(N(x))          Xiong et al. 2020, "On Layer Normalization in the
+                                     Transformer Architecture", Fig. 1(b) (GPT-2's layout)
+* ``post``     N(α·x + f(x))        Vaswani et al. 2017, §3.1 (α = 1); DeepNet's α > 1
+* ``sandwich`` x + N'(f(N(x)))      Ding et al. 2021, CogView, §2.4 "Sandwich-LN"
+
+A class's ``residual_alpha(n_layers)`` is the α of post-LN (1 except for deepnorm).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+PLACEMENTS: tuple[str, ...] = ("pre", "post", "sandwich")
+
+
+class Norm(nn.Module):
+    """Base class: residual scaling α = 1."""
+
+    @staticmethod
+    def residual_alpha(n_layers: int) -> float:
+        return 1.0
+
+
+class LayerNorm(Norm):
+    """Layer normalisation (Ba et al. 2016, eq. 4): γ ⊙ (x - μ) / sqrt(σ² + eps) + β."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(Norm):
+    """Root-mean-square normalisation (Zhang & Sennrich 2019, eq. 4): γ ⊙ x / RMS(x),
+    RMS(x) = sqrt(mean(x²) + eps). No centring, no bias."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class ScaleNorm(Norm):
+    """ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears", §2.3):
+    g · x / ||x|| with one learned scalar g, initialised to sqrt(d)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.g = nn.Parameter(torch.tensor(d_model ** 0.5))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.g * x / x.norm(dim=-1, keepdim=True).clamp(min=self.eps)
+
+
+class DeepNorm(LayerNorm):
+    """DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", eq. in
+    §3 and Fig. 2): post-LN with an up-weighted residual, x_{l+1} = LN(α·x_l + G(x_l)),
+    α = (2N)^(1/4) for an N-layer encoder-only or decoder-only model (the paper's table in
+    Fig. 2). Use with ``placement: post`` and, as in the paper, ``init=deepnet`` (β)."""
+
+    @staticmethod
+    def residual_alpha(n_layers: int) -> float:
+        return (2 * n_layers) ** 0.25
+
+
+NORMS: dict[str, type[Norm]] = {
+    "layernorm": LayerNorm,
+    "rmsnorm": RMSNorm,
+    "scalenorm": ScaleNorm,
+    "deepnorm": DeepNorm,
+}

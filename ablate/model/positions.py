@@ -1,0 +1,286 @@
+"""Position encodings.
+
+One position module per model, shared by every layer. It acts through three hooks, whose
+defaults do nothing:
+
+* ``embed(x)``        -- added to the token embeddings (sinusoidal, learned);
+* ``rotate(q, k)``    -- applied to queries and keys of every layer (rope, xpos);
+* ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias (alibi, t5_bias).
+
+Every class takes ``d_model, n_heads, causal, max_len`` plus its own keyword arguments
+(the keys of ``conf/pos_enc/<name>.yaml`` besides ``name``). Tensors derived from the
+sequence length only are cached per (length, device, dtype).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+class Position(nn.Module):
+    """Base class; every hook is the identity."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
+        super().__init__()
+        self.d_model, self.n_heads, self.causal, self.max_len = d_model, n_heads, causal, max_len
+        self.head_dim = d_model // n_heads
+        self._cache: dict[tuple, object] = {}
+
+    def embed(self, x: Tensor) -> Tensor:
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def bias(self, q_len: int, k_len: int) -> Tensor | None:
+        return None
+
+    def _cached(self, key: tuple, make: Callable[[], object]):
+        # Built outside inference mode: Lightning validates under torch.inference_mode, and
+        # an inference tensor cached there could not be saved for backward in training.
+        if key not in self._cache:
+            with torch.inference_mode(False), torch.no_grad():
+                self._cache[key] = make()
+        return self._cache[key]
+
+
+class NoPE(Position):
+    """No position information at all; causal masking alone lets a decoder infer order.
+
+    Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in
+    Transformers" (NoPE, §2-3). In a bidirectional encoder the model is permutation-equivariant.
+    """
+
+
+class Sinusoidal(Position):
+    """Fixed sinusoids added to the embeddings (Vaswani et al. 2017, §3.5):
+    PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+    Defined for any length. The token embeddings are not rescaled by sqrt(d) (§3.4)."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: float = 10000.0) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.base = base
+
+    def table(self, T: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        def make() -> Tensor:
+            pos = torch.arange(T, device=device, dtype=torch.float32)[:, None]
+            inv_freq = self.base ** (-torch.arange(0, self.d_model, 2, device=device) / self.d_model)
+            pe = torch.zeros(T, self.d_model, device=device)
+            pe[:, 0::2] = torch.sin(pos * inv_freq)
+            pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : self.d_model // 2]
+            return pe.to(dtype)
+
+        return self._cached((T, device, dtype), make)
+
+    def embed(self, x: Tensor) -> Tensor:
+        return x + self.table(x.shape[1], x.device, x.dtype)
+
+
+class Learned(Position):
+    """A learned absolute position table added to the embeddings (Gehring et al. 2017;
+    GPT, Radford et al. 2018; BERT, Devlin et al. 2019). It has no entry for positions
+    ``>= max_len``, so it cannot run on longer sequences."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.table = nn.Embedding(max_len, d_model)
+
+    def embed(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(
+                f"learned positions: sequence length {T} exceeds the table size max_len={self.max_len} "
+                f"(pos_enc.max_len); learned positions cannot extrapolate")
+        return x + self.table.weight[:T]
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RoPE(Position):
+    """Rotary position embedding (Su et al. 2021, RoFormer, eq. 34 with θ_i = base^(-2i/d), eq. 15).
+
+    Each pair of query/key coordinates at position m is rotated by the angle m·θ_i, so
+    q_m·k_n depends on m - n only. Pairs are (i, i + d/2) rather than (2i, 2i+1): the same
+    rotation up to a fixed permutation of the (learned) projection's output features.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: float = 10000.0) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        if self.head_dim % 2:
+            raise ValueError(f"{type(self).__name__}: rotates coordinate pairs, so the head dimension "
+                             f"d_model/n_heads={self.head_dim} must be even")
+        self.base = base
+
+    def angles(self, T: int, device: torch.device) -> Tensor:
+        """(T, head_dim) angles m·θ_i, each frequency twice (once per half)."""
+        inv_freq = self.base ** (-torch.arange(0, self.head_dim, 2, device=device) / self.head_dim)
+        angles = torch.outer(torch.arange(T, device=device, dtype=torch.float32), inv_freq)
+        return torch.cat((angles, angles), dim=-1)
+
+    def cos_sin(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        def make() -> tuple[Tensor, Tensor]:
+            a = self.angles(T, device)
+            return a.cos().to(dtype), a.sin().to(dtype)
+
+        return self._cached((T, device, dtype), make)
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = self.cos_sin(q.shape[-2], q.device, q.dtype)
+        rq = q * cos + rotate_half(q) * sin
+        rk = rq if k is q else k * cos + rotate_half(k) * sin  # Q=K stays one tensor
+        return rq, rk
+
+
+class XPos(RoPE):
+    """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer", §3.2): RoPE whose
+    query at position n is also scaled by ζ^(n/γ) and key by ζ^(-n/γ), with
+    ζ_i = (2i/d + 0.4) / 1.4 per rotation pair and γ = ``scale_base``. So q_m·k_n gets the
+    factor ζ^((m-n)/γ): relative-offset-only, decaying with distance. Positions are centred
+    on the middle of the sequence (as in the authors' torchscale code) to keep the scales
+    near 1.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
+                 base: float = 10000.0, scale_base: float = 512.0) -> None:
+        super().__init__(d_model, n_heads, causal, max_len, base)
+        self.scale_base = scale_base
+
+    def cos_sin_scale(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        def make() -> tuple[Tensor, Tensor, Tensor]:
+            a = self.angles(T, device)
+            zeta = (torch.arange(0, self.head_dim, 2, device=device) / self.head_dim + 0.4) / 1.4
+            n = torch.arange(T, device=device, dtype=torch.float32) - T // 2
+            scale = zeta[None, :] ** (n[:, None] / self.scale_base)
+            scale = torch.cat((scale, scale), dim=-1)
+            return a.cos().to(dtype), a.sin().to(dtype), scale.to(dtype)
+
+        return self._cached((T, device, dtype), make)
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin, scale = self.cos_sin_scale(q.shape[-2], q.device, q.dtype)
+        rq = (q * cos + rotate_half(q) * sin) * scale
+        rk = (k * cos + rotate_half(k) * sin) / scale
+        return rq, rk
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Press et al. 2022, §3: for n heads a power of 2, the geometric sequence starting at
+    2^(-8/n) with that ratio; otherwise the slopes of the closest smaller power of 2, then
+    every other slope of twice that count (the authors' rule)."""
+    def power_of_2(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return power_of_2(n_heads)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+
+
+class ALiBi(Position):
+    """Attention with Linear Biases (Press et al. 2022, "Train Short, Test Long", §3):
+    score(i, j) += -m_h · |i - j| with per-head slopes m_h (``alibi_slopes``). The paper is
+    causal (j <= i, so |i - j| = i - j); encoders use the symmetric distance. No parameters,
+    defined for any length."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+
+    def bias(self, q_len: int, k_len: int) -> Tensor:
+        def make() -> Tensor:
+            i = torch.arange(k_len - q_len, k_len, device=self.slopes.device)[:, None]
+            j = torch.arange(k_len, device=self.slopes.device)[None, :]
+            return -self.slopes[:, None, None] * (i - j).abs()
+
+        return self._cached((q_len, k_len, self.slopes.device), make)
+
+
+def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
+              max_distance: int = 128) -> Tensor:
+    """Raffel et al. 2020 (T5, §2.1 "position embeddings"); relative_position = key - query.
+
+    Bidirectional: half the buckets per direction (keys after the query use the upper half).
+    Causal: only keys at or before the query get distinct buckets. Within a direction,
+    distances below num_buckets/2 have one bucket each; larger ones share log-spaced buckets
+    up to ``max_distance``, and everything beyond lands in the last bucket.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, large)
+
+
+class T5Bias(Position):
+    """T5's learned, bucketed relative position bias (Raffel et al. 2020, §2.1): one scalar
+    per (bucket, head), shared by all layers, added to the attention scores. Bidirectional
+    when the model is not causal (``t5_bucket``)."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
+                 num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.table = nn.Embedding(num_buckets, n_heads)
+
+    def buckets(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        def make() -> Tensor:
+            i = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+            j = torch.arange(k_len, device=device)[None, :]
+            return t5_bucket(j - i, not self.causal, self.num_buckets, self.max_distance)
+
+        return self._cached((q_len, k_len, device), make)
+
+    def bias(self, q_len: int, k_len: int) -> Tensor:
+        idx = self.buckets(q_len, k_len, self.table.weight.device)
+        return self.table(idx).permute(2, 0, 1)  # (heads, q_len, k_len); learned, so not cached
+
+
+class Kerple(Position):
+    """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional
+    Embedding for Length Extrapolation", §4, eq. for the log kernel):
+    score(i, j) += -r1_h · log(1 + r2_h · |i - j|), with learned r1_h, r2_h > 0 per head
+    (initialised as in the authors' code: r1 ~ U(0, 2), r2 ~ U(0, 1), clamped at 0.01)."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.r1 = nn.Parameter(torch.rand(n_heads) * 2)
+        self.r2 = nn.Parameter(torch.rand(n_heads))
+
+    def bias(self, q_len: int, k_len: int) -> Tensor:
+        device = self.r1.device
+
+        def make() -> Tensor:
+            i = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+            return (i - torch.arange(k_len, device=device)[None, :]).abs().float()
+
+        distance = self._cached((q_len, k_len, device), make)
+        r1, r2 = self.r1.clamp(min=0.01), self.r2.clamp(min=0.01)
+        return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
+
+
+POSITIONS: dict[str, type[Position]] = {
+    "none": NoPE,
+    "sinusoidal": Sinusoidal,
+    "learned": Learned,
+    "rope": RoPE,
+    "alibi": ALiBi,
+    "t5_bias": T5Bias,
+    "xpos": XPos,
+    "kerple": Kerple,
+}

@@ -1,0 +1,150 @@
+"""The Transformer, and ``build_model``: the one place a model is assembled from a config.
+
+    tokens (B, T) -> embedding (+ additive positions) -> n_layers × Block -> final norm
+                  -> linear head -> logits (B, T, n_outputs)
+
+A Block is attention then FFN, each wrapped as a residual sublayer according to the norm
+placement (pre / post / sandwich, see ``norms.py``). The position module is shared by all
+layers; the attention mask is built once per forward and reused by every layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch.nn as nn
+from omegaconf import OmegaConf
+from torch import Tensor
+
+from .attention import ATTENTIONS, Attention, attention_mask
+from .ffn import FFNS
+from .init import INITS
+from .norms import NORMS, PLACEMENTS
+from .positions import POSITIONS, Position
+
+
+class Block(nn.Module):
+    """One layer: x -> sublayer(attention) -> sublayer(FFN), wired by ``placement``:
+    pre x + f(N(x)); post N(α·x + f(x)); sandwich x + N'(f(N(x)))."""
+
+    def __init__(self, attn: Attention, ffn: nn.Module, norm: Callable[[], nn.Module],
+                 placement: str, alpha: float = 1.0, dropout: float = 0.0) -> None:
+        super().__init__()
+        if placement not in PLACEMENTS:
+            raise ValueError(f"norm.placement={placement!r}; valid choices: {', '.join(PLACEMENTS)}")
+        self.attn, self.ffn = attn, ffn
+        self.attn_norm, self.ffn_norm = norm(), norm()
+        if placement == "sandwich":
+            self.attn_out_norm, self.ffn_out_norm = norm(), norm()
+        self.placement, self.alpha = placement, alpha
+        self.drop = nn.Dropout(dropout)
+
+    def sublayer(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module,
+                 out_norm: nn.Module | None = None) -> Tensor:
+        if self.placement == "pre":
+            return x + self.drop(f(norm(x)))
+        if self.placement == "post":
+            return norm((x if self.alpha == 1.0 else self.alpha * x) + self.drop(f(x)))
+        return x + self.drop(out_norm(f(norm(x))))  # sandwich
+
+    def forward(self, x: Tensor, pos: Position, attn_mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+        x = self.sublayer(x, lambda h: self.attn(h, pos, attn_mask, is_causal),
+                          self.attn_norm, getattr(self, "attn_out_norm", None))
+        return self.sublayer(x, self.ffn, self.ffn_norm, getattr(self, "ffn_out_norm", None))
+
+
+class Transformer(nn.Module):
+    """Encoder (``causal=False``) or decoder (``causal=True``) with a per-token head.
+
+    ``pad_id``: keys holding it are masked (encoders; right padding). A causal model ignores
+    it: with right padding no real token can see a pad, and the fast causal path is kept.
+    """
+
+    def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_layers: int,
+                 causal: bool, dropout: float, bias: bool, pad_id: int | None,
+                 pos: Position, blocks: list[Block], final_norm: nn.Module) -> None:
+        super().__init__()
+        self.d_model, self.n_layers, self.causal, self.pad_id = d_model, n_layers, causal, pad_id
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos = pos
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = final_norm
+        self.head = nn.Linear(d_model, n_outputs, bias=bias)
+        self.mask_self = any(b.attn.mask_self for b in blocks)
+
+    def mask(self, tokens: Tensor) -> tuple[Tensor | None, bool]:
+        """(attn_mask, is_causal) for this batch, shared by all layers."""
+        T = tokens.shape[1]
+        pad = tokens.eq(self.pad_id) if self.pad_id is not None and not self.causal else None
+        return attention_mask(T, tokens.device, causal=self.causal, mask_self=self.mask_self,
+                              bias=self.pos.bias(T, T), key_padding=pad)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.drop(self.pos.embed(self.tok_emb(tokens)))
+        attn_mask, is_causal = self.mask(tokens)
+        for block in self.blocks:
+            x = block(x, self.pos, attn_mask, is_causal)
+        return self.head(self.final_norm(x))
+
+    def num_params(self) -> int:
+        """Trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _option(cfg: Any, group: str) -> tuple[str, dict[str, Any]]:
+    """(name, kwargs) of a config group, from a DictConfig or a plain mapping."""
+    node = cfg[group]
+    if OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True)
+    kwargs = dict(node)
+    return kwargs.pop("name"), kwargs
+
+
+def _lookup(registry: Mapping[str, Any], group: str, name: str) -> Any:
+    if name not in registry:
+        raise ValueError(f"{group}={name!r} is unknown; valid choices: {', '.join(registry)}")
+    return registry[name]
+
+
+def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
+                pad_id: int | None = None) -> Transformer:
+    """Assemble and initialise the model described by the root config ``cfg``.
+
+    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias}`` and the groups
+    ``qkv_sharing``, ``pos_enc``, ``norm`` (+ ``placement``), ``ffn``, ``init`` (each a
+    ``name`` plus keyword arguments of the registered class). ``max_len``: the longest
+    sequence the model is expected to see; learned positions use it unless ``pos_enc``
+    sets its own ``max_len``.
+    """
+    m = cfg["model"]
+    d, H, L = int(m["d_model"]), int(m["n_heads"]), int(m["n_layers"])
+    causal, dropout, bias = bool(m["causal"]), float(m.get("dropout", 0.0)), bool(m.get("bias", True))
+
+    attn_name, attn_kw = _option(cfg, "qkv_sharing")
+    pos_name, pos_kw = _option(cfg, "pos_enc")
+    norm_name, norm_kw = _option(cfg, "norm")
+    ffn_name, ffn_kw = _option(cfg, "ffn")
+    init_name, init_kw = _option(cfg, "init")
+    attn_cls = _lookup(ATTENTIONS, "qkv_sharing", attn_name)
+    ffn_cls = _lookup(FFNS, "ffn", ffn_name)
+    norm_cls = _lookup(NORMS, "norm", norm_name)
+    placement = norm_kw.pop("placement", "pre")
+    if norm_cls.residual_alpha(L) != 1.0 and placement != "post":
+        raise ValueError(f"norm={norm_name} scales the residual of a post-LN block "
+                         f"(Wang et al. 2022); it needs norm.placement=post, got {placement!r}")
+
+    pos = _lookup(POSITIONS, "pos_enc", pos_name)(
+        **{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
+
+    def norm() -> nn.Module:
+        return norm_cls(d, **norm_kw)
+
+    blocks = [Block(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw), ffn_cls(d, **ffn_kw),
+                    norm, placement, norm_cls.residual_alpha(L), dropout) for _ in range(L)]
+    model = Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_layers=L,
+                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
+                        blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm())
+    _lookup(INITS, "init", init_name)(model, **init_kw)
+    return model

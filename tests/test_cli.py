@@ -1,0 +1,64 @@
+"""End to end through the real `ablate` CLI: Hydra multirun, Lightning, offline wandb, the table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from conftest import records, run_cli, wandb_summary
+
+
+def test_single_run_prints_final_metrics(tmp_path: Path, tiny: list[str]) -> None:
+    out = run_cli([*tiny, "logger=csv", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "ok"
+    assert "token_accuracy@" in out.stdout and "tokens/s" in out.stdout
+    assert (tmp_path / "run" / "metrics.csv").exists()
+    assert record["metrics"]["steps"] == 6
+
+
+def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "qkv_sharing=independent,qk_shared,qkv_shared", "seed=0,1", *tiny,
+                   f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = records(sweep)
+    assert len(recs) == 6 and {r["status"] for r in recs} == {"ok"}
+
+    # the end-of-sweep callback printed and saved the table
+    for name in ("table.md", "table.tex", "table.csv", "table.png"):
+        assert (sweep / name).exists(), name
+    assert "qk_shared" in out.stdout
+
+    # ablate-table on the sweep directory
+    table = run_cli([str(sweep), "--format", "csv"], tmp_path, script="ablate-table")
+    assert table.returncode == 0, table.stderr
+    rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(table.stdout))}
+    params = {v: int(rows[v]["params"]) for v in ("independent", "qk_shared", "qkv_shared")}
+    d = 16  # model.d_model: the attention projections differ by exactly d*d per shared matrix per layer
+    assert params["independent"] - params["qk_shared"] == d * d
+    assert params["qk_shared"] - params["qkv_shared"] == d * d
+    assert float(rows["qkv_shared"]["memory_ratio"]) < float(rows["independent"]["memory_ratio"])
+    assert all(rows[v]["n"] == "2" and rows[v]["accuracy_std"] != "" for v in params)
+
+    # wandb: one offline run per job, one group, distinct names, the summary, plus the table run
+    run_dirs = [r["wandb"]["dir"] for r in recs]
+    groups = {r["wandb"]["group"] for r in recs}
+    assert len(groups) == 1 and len(set(run_dirs)) == 6
+    names = set()
+    for r in recs:
+        summary = wandb_summary(r["wandb"]["dir"])
+        names.add(summary["name"])
+        assert summary["state"] == "finished" and summary["exit_code"] == 0
+        for key in ("accuracy", "tokens_per_s", "peak_memory_bytes", "params", "status"):
+            assert key in summary["summary"], key
+        assert summary["summary"]["status"] == "ok"
+        assert summary["config"]["qkv_sharing"] == r["choices"]["qkv_sharing"]
+    assert len(names) == 6
+    table_runs = [p for p in (sweep / "wandb").glob("offline-run-*")]
+    assert len(table_runs) == 1
+    table_summary = wandb_summary(table_runs[0])
+    assert any("table" in key for key in table_summary["summary"]), table_summary["summary"]

@@ -1,0 +1,267 @@
+"""Tests of ablate.measure: the step-time summary, SpeedMeter inside a real Lightning fit, and
+the CPU memory accounting (exact bytes on a hand-checkable model, determinism, scaling).
+
+No test asserts anything about how long something took: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from ablate.measure import SpeedMeter, measure_training_memory, summarize_times
+
+pytestmark = [  # Lightning's hints about num_workers etc., and its use of a deprecated torch pytree API
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\)"),
+]
+
+FLOAT = 4  # bytes per float32
+
+
+# --------------------------------------------------------------------------------------------
+# summarize_times
+# --------------------------------------------------------------------------------------------
+
+
+def test_summarize_times_is_the_median_of_per_step_throughput():
+    s = summarize_times([1.0, 2.0, 4.0], tokens_per_step=8)
+    assert s == {"tokens_per_s": 4.0, "step_time_s": {"min": 1.0, "median": 2.0, "max": 4.0}, "timed_steps": 3}
+    # Per-step token counts: throughputs 10/1, 10/2, 4/4 -> median 5.
+    assert summarize_times([1.0, 2.0, 4.0], [10, 10, 4])["tokens_per_s"] == 5.0
+    with pytest.raises(ValueError):
+        summarize_times([], 8)
+    with pytest.raises(ValueError):
+        summarize_times([1.0, 2.0], [8])
+
+
+# --------------------------------------------------------------------------------------------
+# SpeedMeter in a real Trainer
+# --------------------------------------------------------------------------------------------
+
+BATCH, SEQ, VOCAB = 4, 6, 10
+TOKENS_PER_STEP = BATCH * SEQ
+
+
+class TinyLM(pl.LightningModule):
+    def __init__(self, events: list[str] | None = None):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 8)
+        self.out = nn.Linear(8, VOCAB)
+        self.events = events
+
+    def training_step(self, batch, batch_idx):
+        if self.events is not None:
+            self.events.append("training_step")
+        tokens, targets = batch
+        loss = F.cross_entropy(self.out(self.emb(tokens)).flatten(0, 1), targets.flatten())
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+
+def _loader() -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (64, SEQ), generator=g)
+    return DataLoader(TensorDataset(tokens, tokens.flip(1)), batch_size=BATCH)
+
+
+def _fit(module: pl.LightningModule, max_steps: int, callbacks: list[pl.Callback]) -> pl.Trainer:
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=max_steps, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=callbacks)
+    trainer.fit(module, train_dataloaders=_loader())
+    return trainer
+
+
+def test_speed_meter_in_a_tiny_fit():
+    max_steps, warmup = 8, 3
+    meter = SpeedMeter(warmup_steps=warmup)
+    _fit(TinyLM(), max_steps, [meter])
+    assert len(meter.step_times) == max_steps and meter.step_tokens == [TOKENS_PER_STEP] * max_steps
+    s = meter.summary()
+    assert s["timed_steps"] == max_steps - warmup
+    assert s["tokens_per_s"] > 0
+    t = s["step_time_s"]
+    assert 0 < t["min"] <= t["median"] <= t["max"]
+
+
+def test_speed_meter_short_run_times_what_there_is():
+    # 3 steps, warm-up 10: the first min(10, 3 - 1) = 2 steps are skipped, the last one is timed.
+    meter = SpeedMeter(warmup_steps=10)
+    _fit(TinyLM(), 3, [meter])
+    assert meter.summary()["timed_steps"] == 1
+    with pytest.raises(RuntimeError):
+        SpeedMeter(warmup_steps=1).summary()  # no step ran
+
+
+class _Recorder(pl.Callback):
+    def __init__(self, name: str, events: list[str]):
+        self.name, self.events = name, events
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.events.append(f"{self.name}.start")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.events.append(f"{self.name}.end")
+
+
+def test_speed_meter_interval_holds_only_the_step():
+    """With a fake clock that records when it is read: other callbacks' batch hooks (before
+    and after the meter in the user's list) run outside the timed interval, the training step
+    inside; each step lasts exactly one tick, so tokens/s equals tokens per step."""
+    events: list[str] = []
+    ticks = iter(range(10**6))
+
+    def clock() -> float:
+        events.append("clock")
+        return float(next(ticks))
+
+    meter = SpeedMeter(warmup_steps=0, clock=clock)
+    trainer = _fit(TinyLM(events), 2, [_Recorder("a", events), meter, _Recorder("b", events)])
+    assert trainer.callbacks[0] is meter  # first to see on_train_batch_end
+    one_step = ["a.start", "b.start", "clock", "training_step", "clock", "a.end", "b.end"]
+    assert events == one_step * 2
+    assert meter.summary() == {"tokens_per_s": float(TOKENS_PER_STEP),
+                               "step_time_s": {"min": 1.0, "median": 1.0, "max": 1.0}, "timed_steps": 2}
+
+
+# --------------------------------------------------------------------------------------------
+# measure_training_memory
+# --------------------------------------------------------------------------------------------
+
+
+def _adamw(params):
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+def _linear_batch():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(8, 64, generator=g), torch.randn(8, 32, generator=g)
+
+
+@pytest.mark.parametrize("loss_name, loss_storage_bytes", [
+    # (y_hat - y).pow(2).sum() returns a fresh 0-dim tensor: a 4-byte storage.
+    ("explicit", FLOAT),
+    # F.mse_loss(reduction="sum") on CPU computes the 8x32 element-wise losses into a buffer and
+    # reduces them into that same buffer: the 0-dim loss keeps the whole 8*32*4-byte storage.
+    ("mse_loss", 8 * 32 * FLOAT),
+])
+def test_linear_adamw_exact_bytes(loss_name, loss_storage_bytes):
+    model = nn.Linear(64, 32, bias=True)
+    x, y = _linear_batch()
+    if loss_name == "explicit":
+        def loss_fn(m, b):
+            return (m(b[0]) - b[1]).pow(2).sum()
+    else:
+        def loss_fn(m, b):
+            return F.mse_loss(m(b[0]), b[1], reduction="sum")
+
+    mem = measure_training_memory(model, _adamw, (x, y), loss_fn)
+
+    weight, bias = 64 * 32 * FLOAT, 32 * FLOAT  # 8192 + 128
+    params = weight + bias  # 8320
+    assert mem["parameters"] == params
+    assert mem["gradients"] == params  # one .grad per parameter, same shape and dtype
+    # AdamW state per parameter: exp_avg and exp_avg_sq (each the parameter's size) and `step`,
+    # which on CPU (capturable=False, fused=False) is torch.tensor(0.0): a 0-dim float32 of 4 bytes.
+    assert mem["optimizer"] == 2 * params + 2 * FLOAT  # 16648
+    # Where the peak is: backward never holds more than output-sized temporaries (8x32 floats)
+    # next to the fresh gradients, but the optimizer step, for the weight, computes
+    #   denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    # with the sqrt result (8192 bytes) and the quotient (8192 bytes) alive together, while
+    # parameters, gradients and the whole optimizer state are alive. The graph (and the 8x32
+    # forward output) is gone by then; what else is alive is the batch and the loss:
+    activations = (
+        8 * 64 * FLOAT  # x, the input batch (2048)
+        + 8 * 32 * FLOAT  # y, the targets (1024)
+        + loss_storage_bytes  # the loss tensor, held until the optimizer step is over
+        + 2 * weight  # sqrt and quotient temporaries (16384)
+    )
+    assert mem["activations"] == activations
+    assert mem["peak"] == params + params + (2 * params + 2 * FLOAT) + activations
+    assert mem["peak"] == sum(mem[k] for k in ("parameters", "gradients", "optimizer", "activations"))
+    assert all(type(v) is int for v in mem.values())
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, d: int = 32, vocab: int = 12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=64, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.layer(self.emb(tokens)))
+
+
+def _lm_loss(model, batch):
+    tokens, targets = batch
+    return F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+
+
+def _token_batch(batch_size: int, seq_len: int, vocab: int = 12):
+    g = torch.Generator().manual_seed(batch_size * 1000 + seq_len)
+    tokens = torch.randint(0, vocab, (batch_size, seq_len), generator=g)
+    return tokens, tokens.flip(1)
+
+
+def test_repeated_calls_identical_and_caller_untouched():
+    torch.manual_seed(123)
+    model = TinyTransformer().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    batch = _token_batch(4, 10)
+
+    first = measure_training_memory(model, _adamw, batch, _lm_loss)
+    second = measure_training_memory(model, _adamw, batch, _lm_loss)
+    third = measure_training_memory(model, _adamw, batch, _lm_loss, steps=2)
+    assert first == second == third
+    assert first["activations"] > 0 and first["optimizer"] > 0
+
+    assert torch.equal(torch.get_rng_state(), rng)
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+    assert not model.training  # the copy was put in training mode, not the caller's model
+
+
+def test_activations_grow_with_batch_and_length_parameters_do_not():
+    model = TinyTransformer()
+    small = measure_training_memory(model, _adamw, _token_batch(2, 8), _lm_loss)
+    bigger_batch = measure_training_memory(model, _adamw, _token_batch(8, 8), _lm_loss)
+    longer = measure_training_memory(model, _adamw, _token_batch(2, 32), _lm_loss)
+
+    n_params = sum(p.numel() for p in model.parameters())
+    for mem in (small, bigger_batch, longer):
+        assert mem["parameters"] == n_params * FLOAT
+        # Adam state is alive at every peak (the second step's forward/backward outweighs the
+        # first's); gradients may not all exist yet when the peak falls inside backward, as it
+        # does once activations dominate (the small batch peaks in the optimizer step instead).
+        assert mem["optimizer"] == 2 * n_params * FLOAT + FLOAT * len(list(model.parameters()))
+        assert 0 < mem["gradients"] <= n_params * FLOAT
+    assert small["activations"] < bigger_batch["activations"]
+    assert small["activations"] < longer["activations"]
+    assert small["peak"] < bigger_batch["peak"] and small["peak"] < longer["peak"]
+
+
+def test_failing_loss_leaves_state_restored():
+    import gc
+
+    model = TinyTransformer()
+    rng = torch.get_rng_state()
+
+    def broken_loss(m, b):
+        m(b[0])  # uses the RNG (dropout) before failing
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        measure_training_memory(model, _adamw, _token_batch(2, 8), broken_loss)
+    assert gc.isenabled()
+    assert torch.equal(torch.get_rng_state(), rng)

@@ -1,0 +1,156 @@
+"""Bad input, divergence, failures, resume after SIGKILL, determinism, launchers, wandb unavailable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import BIN, cli_env, records, run_cli, wandb_summary
+
+
+def assert_nothing_trained(where: Path) -> None:
+    assert not list(where.rglob("result.json")), "no record may be written for an invalid config"
+    assert not list(where.rglob("offline-run-*")), "no wandb run may be created for an invalid config"
+
+
+@pytest.mark.parametrize("args,named", [
+    (["qkv_sharing=nonsense"], ["nonsense", "independent", "qk_shared", "qkv_shared"]),
+    (["model.d_model=30"], ["model.d_model=30", "model.n_heads=4"]),
+    (["pos_enc=rope", "model.d_model=12", "model.n_heads=4"], ["even head dimension", "3"]),
+    (["qkv_sharing=gqa", "qkv_sharing.kv_heads=3"], ["kv_heads=3", "valid: 1, 2, 4"]),
+    (["pos_enc=learned", "task.eval_lengths=[64]"], ["pos_enc.max_len", "64"]),
+    (["task=classify"], ["task.path"]),
+    (["optim.lr=-1"], ["optim.lr=-1"]),
+    (["model.foo=1"], ["foo"]),
+])
+def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path, args: list[str], named: list[str]) -> None:
+    started = time.monotonic()
+    out = run_cli([*args, "hydra.run.dir=run"], tmp_path)
+    assert out.returncode != 0
+    for text in named:
+        assert text in out.stderr, (text, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - started < 30
+    assert_nothing_trained(tmp_path)
+
+
+def test_sweep_with_one_invalid_job_trains_nothing(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "model.n_heads=2,3", "model.d_model=16", *tiny[:1], f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert out.returncode == 2
+    assert "model.n_heads=3" in out.stderr and "not divisible" in out.stderr
+    assert_nothing_trained(tmp_path)
+
+
+def test_divergence_and_failure_are_recorded_and_the_sweep_goes_on(tmp_path: Path, tiny: list[str]) -> None:
+    good, short = tmp_path / "good.txt", tmp_path / "short.txt"
+    good.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    short.write_text("too short")  # passes validation (the file exists) but holds no full window: fails in setup
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "task=lm", f"task.path={good},{short}", "task.seq_len=16", "optim.lr=3e-3,1e30",
+                   *tiny, "trainer.max_steps=20", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert out.returncode == 1, "a sweep with a failed job exits non-zero"
+    recs = {(r["config"]["task"]["path"], r["config"]["optim"]["lr"]): r for r in records(sweep)}
+    assert len(recs) == 4
+    assert recs[(str(good), 3e-3)]["status"] == "ok"
+    diverged = recs[(str(good), 1e30)]
+    assert diverged["status"] == "diverged" and diverged["diverged_step"] is not None
+    assert diverged["metrics"]["params"] > 0
+    for lr in (3e-3, 1e30):
+        failed = recs[(str(short), lr)]
+        assert failed["status"] == "failed" and failed["error"]
+        summary = wandb_summary(failed["wandb"]["dir"])
+        assert summary["exit_code"] != 0 and summary["summary"]["status"] == "failed"
+    table = (sweep / "table.csv").read_text()
+    assert "diverged" in table and "failed" in table
+
+
+def _sweep_args(sweep: Path, tiny: list[str], steps: int) -> list[str]:
+    return ["-m", "qkv_sharing=independent,qk_shared,qkv_shared", *tiny, f"trainer.max_steps={steps}",
+            "logger=none", f"hydra.sweep.dir={sweep}"]
+
+
+def test_relaunch_skips_finished_jobs_and_reruns_missing_ones(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    assert run_cli(_sweep_args(sweep, tiny, 6), tmp_path).returncode == 0
+    paths = sorted(sweep.rglob("result.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in paths}
+    paths[1].unlink()
+    (sweep / "table.csv").unlink()
+    out = run_cli(_sweep_args(sweep, tiny, 6), tmp_path)
+    assert out.returncode == 0
+    assert out.stdout.count("already ok") == 2
+    assert paths[1].exists() and (sweep / "table.csv").exists()
+    for p in (paths[0], paths[2]):
+        assert p.stat().st_mtime_ns == stamps[p], "finished jobs are left untouched"
+
+
+def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    args = _sweep_args(sweep, tiny, 400)
+    proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not list(sweep.rglob("result.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)  # the second job is training now
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(list(sweep.rglob("result.json"))) < 3, "killed mid-sweep"
+
+    out = run_cli(args, tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    recs = records(sweep)
+    assert len(recs) == 3 and {r["status"] for r in recs} == {"ok"}
+    assert sorted(tuple(r["overrides"]) for r in recs) == sorted(set(tuple(r["overrides"]) for r in recs))
+    assert not list(sweep.rglob("*.tmp"))
+
+
+def test_same_seed_same_metrics_on_cpu(tmp_path: Path, tiny: list[str]) -> None:
+    metrics = []
+    for name in ("a", "b"):
+        assert run_cli([*tiny, "trainer.max_steps=15", "logger=none", f"hydra.run.dir={name}"], tmp_path).returncode == 0
+        (record,) = records(tmp_path / name)
+        metrics.append({k: record["metrics"][k] for k in ("accuracy", "loss", "eval", "params", "memory")})
+    assert metrics[0] == metrics[1]
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parallel_launchers_give_one_record_and_wandb_run_per_job(tmp_path: Path, tiny: list[str], launcher: str) -> None:
+    sweep = tmp_path / "sweep"
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=10"]
+    out = run_cli(["-m", "qkv_sharing=independent,qkv_shared", *tiny, f"hydra/launcher={launcher}", *extra,
+                   f"hydra.sweep.dir={sweep}"], tmp_path, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = records(sweep)
+    assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
+    assert len({r["wandb"]["dir"] for r in recs}) == 2
+    for r in recs:
+        assert wandb_summary(r["wandb"]["dir"])["summary"]["status"] == "ok"
+    assert (sweep / "table.csv").exists()
+
+
+@pytest.mark.parametrize("env", [
+    {"WANDB_MODE": "online"},  # no credentials
+    {"WANDB_MODE": "online", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9"},  # no network
+])
+def test_wandb_unavailable_falls_back_to_offline(tmp_path: Path, tiny: list[str], env: dict[str, str]) -> None:
+    out = run_cli([*tiny, "hydra.run.dir=run"], tmp_path, env=cli_env(**env))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "logging offline" in out.stderr
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "ok" and "offline-run-" in record["wandb"]["dir"]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_ddp_keeps_one_record_and_one_wandb_run(tmp_path: Path, tiny: list[str]) -> None:
+    out = run_cli([*tiny, "trainer=ddp", "trainer.devices=2", "trainer.max_steps=6", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(records(tmp_path / "run")) == 1
+    assert len(list((tmp_path / "run").rglob("offline-run-*"))) == 1

@@ -1,0 +1,413 @@
+"""ablate.table: sweep records -> paper-style table.
+
+The records below are synthetic fixture inputs in the documented ``result.json`` format
+(docs/internals.md); everything under test is the real code.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ablate import table as T
+
+QKV = ["independent", "qk_shared", "qkv_shared"]
+LABELS = {"qkv_sharing=qk_shared": "Q=K, V separate", "qkv_sharing=qkv_shared": "Q=K=V"}
+# accuracy per (variant, seed); qkv_shared seed 2 diverges
+ACC = {
+    "independent": [0.91, 0.93, 0.92],
+    "qk_shared": [0.80, 0.82, 0.81],
+    "qkv_shared": [0.70, 0.74, None],
+}
+TPS = {"independent": [1000.0, 1100.0, 1050.0], "qk_shared": [1200.0, 1300.0, 1250.0],
+       "qkv_shared": [1500.0, 1600.0, None]}
+MEM = {"independent": 4 * 2**20, "qk_shared": 3 * 2**20, "qkv_shared": 2 * 2**20}
+
+
+def record(num, overrides, status="ok", acc=0.9, loss=0.3, tps=1000.0, mem=2**20, params=1000,
+           experiment=None, evals=None, seq_len=16, group="sweep-g", metric="token_accuracy"):
+    metrics = {} if status == "failed" else {
+        "metric": metric, "accuracy": acc, "loss": loss, "tokens_per_s": tps,
+        "step_time_s": {"min": 0.01, "median": 0.02, "max": 0.03},
+        "peak_memory_bytes": mem, "memory_source": "cpu-accounting", "params": params,
+        "wall_time_s": 1.0, "steps": 10,
+    }
+    if evals and status != "failed":
+        metrics["eval"] = {str(L): {"accuracy": a, "loss": 1.0} for L, a in evals.items()}
+    return {
+        "status": status, "overrides": overrides,
+        "choices": {"qkv_sharing": "x", "pos_enc": "rope"},
+        "experiment": experiment,
+        "config": {"seed": 0, "task": {"name": "reverse", "seq_len": seq_len}},
+        "metrics": metrics,
+        "error": {"ok": None, "diverged": "non-finite loss at step 5", "failed": "boom"}.get(status),
+        "wandb": {"project": "ablate-test", "group": group, "name": f"job{num}", "dir": ""},
+        "job": {"num": num, "dir": f"/x/{num}", "sweep_dir": "/x"},
+    }
+
+
+def write_sweep(root: Path, records: list[dict]) -> Path:
+    for rec in records:
+        d = root / str(rec["job"]["num"])
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "result.json").write_text(json.dumps(rec))
+    return root
+
+
+def qkv_records(experiment=True):
+    exp = {"name": "qkv_sharing", "baseline": "qkv_sharing=independent", "labels": LABELS} if experiment else None
+    recs, num = [], 0
+    for seed in range(3):  # Hydra's order: seeds outer here, so first appearance decides row order
+        for v in QKV:
+            acc, tps = ACC[v][seed], TPS[v][seed]
+            status = "ok" if acc is not None else "diverged"
+            recs.append(record(num, ["experiment=qkv_sharing", f"qkv_sharing={v}", f"seed={seed}",
+                                     "model.d_model=64"],
+                               status=status, acc=acc if acc is not None else float("nan"),
+                               tps=tps or 0.0, mem=MEM[v], params={"independent": 3000}.get(v, 2000),
+                               experiment=exp))
+            num += 1
+    return recs
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    return write_sweep(tmp_path / "sweep", qkv_records())
+
+
+@pytest.fixture
+def table(sweep):
+    return T.build_table(T.load_records(sweep))
+
+
+def csv_dicts(text):
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+# --- records and variants ---------------------------------------------------------------------
+
+def test_rows_per_variant_in_sweep_order_with_labels(table):
+    assert [r.key for r in table.rows] == [f"qkv_sharing={v}" for v in QKV]
+    assert [r.label for r in table.rows] == ["independent", "Q=K, V separate", "Q=K=V"]
+    # model.d_model=64 is equal across records: not part of the variant; seed/experiment ignored
+    assert all(set(r.overrides) == {"qkv_sharing"} for r in table.rows)
+    assert table.metric == "token_accuracy" and table.experiment == "qkv_sharing"
+
+
+def test_sweep_order_follows_job_num_not_path(tmp_path):
+    recs = [record(n, [f"qkv_sharing={v}", "seed=0"]) for n, v in enumerate(["b", "a", "c"] * 4)]
+    t = T.build_table(T.load_records(write_sweep(tmp_path, recs)))  # dirs 0..11: "10" sorts before "2"
+    assert [r.label for r in t.rows] == ["b", "a", "c"]
+    assert [r.n for r in t.rows] == [4, 4, 4]
+
+
+def test_mean_std_n_match_numpy(table):
+    for row, v in zip(table.rows, QKV):
+        accs = [a for a in ACC[v] if a is not None]
+        assert row.n == len(accs)
+        assert row.accuracy_mean == pytest.approx(np.mean(accs))
+        assert row.accuracy_std == pytest.approx(np.std(accs, ddof=1))
+        tps = [s for s in TPS[v] if s is not None]
+        assert row.tokens_per_s == pytest.approx(np.mean(tps))
+        assert row.memory_mib == pytest.approx(MEM[v] / 2**20)
+
+
+def test_diverged_and_failed_excluded_from_means_but_counted(tmp_path):
+    recs = [
+        record(0, ["qkv_sharing=a", "seed=0"], acc=0.5, tps=100.0),
+        record(1, ["qkv_sharing=a", "seed=1"], acc=0.7, tps=300.0),
+        record(2, ["qkv_sharing=a", "seed=2"], status="diverged", acc=float("nan"), tps=1e9),
+        record(3, ["qkv_sharing=b", "seed=0"], status="failed"),
+        record(4, ["qkv_sharing=b", "seed=1"], status="failed"),
+    ]
+    t = T.build_table(T.load_records(write_sweep(tmp_path, recs)))
+    a, b = t.rows
+    assert a.status == "2 ok, 1 diverged" and a.n == 2
+    assert a.accuracy_mean == pytest.approx(0.6) and a.tokens_per_s == pytest.approx(200.0)
+    assert b.status == "2 failed" and b.n == 0 and b.accuracy_mean is None and b.speed_ratio is None
+    rows = csv_dicts(T.render(t, "csv"))
+    assert rows[0]["n_ok"] == "2" and rows[0]["n_diverged"] == "1" and rows[0]["status"] == "2 ok, 1 diverged"
+    assert rows[1]["n_failed"] == "2" and rows[1]["accuracy_mean"] == "" and rows[1]["n"] == "0"
+    assert "2 failed" in T.render(t, "terminal")
+
+
+def test_ratios_vs_baseline(table):
+    base = table.rows[0]
+    assert base.is_baseline and table.baseline == "independent"
+    assert base.speed_ratio == pytest.approx(1.0) and base.memory_ratio == pytest.approx(1.0)
+    qk = table.rows[1]
+    assert qk.speed_ratio == pytest.approx(np.mean(TPS["qk_shared"]) / np.mean(TPS["independent"]))
+    assert qk.memory_ratio == pytest.approx(0.75)
+    assert "1.00x" in T.render(table, "markdown")
+
+
+def test_baseline_override_forms_and_unknown(sweep):
+    recs = T.load_records(sweep)
+    for spec in ("qkv_sharing=qk_shared", "qk_shared", "Q=K, V separate"):
+        t = T.build_table(recs, baseline=spec)
+        assert t.baseline_key == "qkv_sharing=qk_shared"
+        assert [r.is_baseline for r in t.rows] == [False, True, False]
+        assert t.rows[1].speed_ratio == pytest.approx(1.0)
+    with pytest.raises(ValueError) as err:
+        T.build_table(recs, baseline="qkv_sharing=nope")
+    msg = str(err.value)
+    assert "nope" in msg and all(f"qkv_sharing={v}" in msg for v in QKV)
+
+
+def test_baseline_from_experiment_else_first(tmp_path):
+    recs = qkv_records(experiment=False)
+    for r in recs:
+        r["experiment"] = {"name": "x", "baseline": "qkv_sharing=qkv_shared"}
+    assert T.build_table(recs).baseline_key == "qkv_sharing=qkv_shared"
+    assert T.build_table(qkv_records(experiment=False)).baseline_key == "qkv_sharing=independent"
+
+
+def test_welch_p_value_and_marks(table):
+    base = [a for a in ACC["independent"]]
+    for row, v in zip(table.rows[1:], QKV[1:]):
+        accs = [a for a in ACC[v] if a is not None]
+        expected = stats.ttest_ind(accs, base, equal_var=False).pvalue
+        assert row.p_value == pytest.approx(expected)
+    assert table.rows[0].p_value is None and table.rows[0].mark == ""
+    assert table.rows[1].mark == "**"  # 0.81 vs 0.92 with tiny spread
+    rows = csv_dicts(T.render(table, "csv"))
+    assert float(rows[1]["p_value"]) == pytest.approx(table.rows[1].p_value)
+    assert rows[0]["p_value"] == ""
+    assert "Welch" in T.render(table, "terminal") and "Welch" in T.render(table, "latex")
+
+
+def test_no_p_value_with_single_run(tmp_path):
+    recs = [record(0, ["qkv_sharing=a", "seed=0"]), record(1, ["qkv_sharing=a", "seed=1"], acc=0.8),
+            record(2, ["qkv_sharing=b", "seed=0"], acc=0.1)]
+    t = T.build_table(recs)
+    assert t.rows[1].p_value is None and t.rows[1].mark == "" and t.rows[1].accuracy_std is None
+
+
+def test_several_keys_label_and_variant_key(tmp_path):
+    recs, n = [], 0
+    for pe in ("rope", "alibi"):
+        for norm in ("layernorm", "rmsnorm"):
+            recs.append(record(n, [f"pos_enc={pe}", f"norm={norm}", "seed=0"]))
+            n += 1
+    t = T.build_table(recs, baseline="pos_enc=alibi,norm=rmsnorm")
+    assert [r.label for r in t.rows] == ["pos_enc=rope norm=layernorm", "pos_enc=rope norm=rmsnorm",
+                                         "pos_enc=alibi norm=layernorm", "pos_enc=alibi norm=rmsnorm"]
+    assert t.baseline_key == "norm=rmsnorm,pos_enc=alibi"
+    assert T.variant_key({"pos_enc": "rope", "norm": "rmsnorm"}) == "norm=rmsnorm,pos_enc=rope"
+    assert list(T.variants(recs)) == [r.key for r in t.rows]
+
+
+def test_eval_length_columns(tmp_path):
+    recs, n = [], 0
+    for v, accs in (("rope", (0.9, 0.5, 0.2)), ("alibi", (0.9, 0.8, 0.7))):
+        for seed in range(2):
+            evals = {64: accs[2] + seed / 100, 16: accs[0] + seed / 100, 32: accs[1] + seed / 100}
+            recs.append(record(n, [f"pos_enc={v}", f"seed={seed}"], acc=evals[16], evals=evals, seq_len=16))
+            n += 1
+    t = T.build_table(recs)
+    assert t.eval_lengths == [16, 32, 64] and t.train_length == 16
+    assert t.rows[1].eval[64][0] == pytest.approx(0.705)
+    md = T.render(t, "markdown")
+    assert "acc@16" in md and "acc@32" in md and "acc@64" in md
+    header = T.render(t, "csv").splitlines()[0].split(",")
+    assert [c for c in header if c.startswith("acc@") and not c.endswith("_std")] == ["acc@16", "acc@32", "acc@64"]
+    row = csv_dicts(T.render(t, "csv"))[1]
+    assert float(row["acc@64"]) == pytest.approx(0.705)
+
+
+# --- formats ----------------------------------------------------------------------------------
+
+def _md_cells(line):
+    import re
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def test_markdown_columns(table):
+    md = T.render(table, "markdown")
+    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    header = _md_cells(lines[0])
+    assert len(lines) == 2 + len(table.rows)
+    assert all(len(_md_cells(ln)) == len(header) for ln in lines)
+    assert "92.0 ± 1.0" in lines[2] and "(baseline)" in lines[2]
+    assert "\\*\\*" in lines[3]  # significance mark, escaped
+    assert "per-run median tokens/s" in md
+
+
+def test_latex_booktabs_and_escaping(tmp_path):
+    recs = [record(0, ["qkv_sharing=q_k", "seed=0"], experiment={"labels": {"qkv_sharing=q_k": "Q=K & 50%"}}),
+            record(1, ["qkv_sharing=kv_shared", "seed=0"])]
+    tex = T.render(T.build_table(recs), "latex")
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\end{table}"):
+        assert rule in tex
+    assert r"Q=K \& 50\%" in tex and r"kv\_shared" in tex
+    body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0]
+    assert "_" not in body.replace(r"\_", "")
+    # rows have as many cells as the header
+    head = tex.split(r"\toprule")[1].split(r"\midrule")[0]
+    ncols = head.count("&") + 1
+    assert all(ln.replace(r"\&", "").count("&") + 1 == ncols for ln in body.strip().splitlines())
+
+
+def test_latex_pm_and_marks(table):
+    tex = T.render(table, "latex")
+    assert r"92.0 $\pm$ 1.0" in tex and "$^{**}$" in tex
+    assert r"1.00$\times$" in tex and "0.75$\\times$" in tex
+
+
+def test_terminal_renders(table):
+    out = T.render(table, "terminal")
+    for text in ("independent", "Q=K=V", "92.0 ± 1.0", "2 ok, 1 diverged", "1.00x", "(baseline)"):
+        assert text in out
+
+
+def test_csv_required_columns_raw_floats(table):
+    rows = csv_dicts(T.render(table, "csv"))
+    required = ["variant", "accuracy_mean", "accuracy_std", "n", "speed_ratio", "memory_ratio", "params",
+                "status", "loss_mean", "tokens_per_s", "memory_mib", "p_value", "n_ok", "n_diverged",
+                "n_failed", "speed_source", "metric"]
+    assert list(rows[0])[:len(required)] == required
+    assert float(rows[0]["accuracy_mean"]) == pytest.approx(0.92)  # a fraction, not percent
+    assert float(rows[0]["speed_ratio"]) == 1.0 and rows[0]["params"] == "3000"
+    assert rows[2]["status"] == "2 ok, 1 diverged" and rows[0]["speed_source"] == "records"
+
+
+def test_corrupt_record_skipped_with_warning(sweep):
+    (sweep / "99").mkdir()
+    (sweep / "99" / "result.json").write_text('{"status": "ok", "overr')
+    with pytest.warns(UserWarning, match="skipping"):
+        recs = T.load_records(sweep)
+    assert len(recs) == 9
+
+
+def test_nested_job_dirs_and_partial_sweep(tmp_path):
+    recs = qkv_records()[:4]
+    for i, rec in enumerate(recs):
+        d = tmp_path / "multirun" / "2026-01-01" / "12-00-00" / str(i)
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps(rec))
+    t = T.build_table(T.load_records(tmp_path / "multirun"))
+    assert [r.n for r in t.rows] == [2, 1, 1]
+
+
+# --- bench ------------------------------------------------------------------------------------
+
+def bench_json(rounds=20):
+    med = {"independent": 2000.0, "qk_shared": 2200.0, "qkv_shared": 3000.0}
+    return {"baseline": "qkv_sharing=independent", "rounds": rounds,
+            "variants": {f"qkv_sharing={v}": {"tokens_per_s": {"min": m * 0.9, "median": m, "max": m * 1.1}}
+                         for v, m in med.items()}}
+
+
+def test_bench_json_switches_speed_source(sweep):
+    (sweep / "bench.json").write_text(json.dumps(bench_json()))
+    t = T.build_table(T.load_records(sweep))
+    assert t.speed_source == "bench" and t.bench_rounds == 20
+    assert t.rows[2].speed_ratio == pytest.approx(1.5) and t.rows[0].tokens_per_s == 2000.0
+    for fmt in ("terminal", "markdown", "latex"):
+        assert "interleaved benchmark" in T.render(t, fmt) and "20 rounds" in T.render(t, fmt)
+    assert csv_dicts(T.render(t, "csv"))[0]["speed_source"] == "bench"
+
+
+def test_bench_keys_with_common_overrides(sweep):
+    bench = bench_json()  # keyed as the bench may key them: with the sweep's fixed overrides too
+    bench["variants"] = {f"{k},model.d_model=64": v for k, v in bench["variants"].items()}
+    t = T.build_table(T.load_records(sweep), bench=bench)
+    assert t.speed_source == "bench" and t.rows[1].tokens_per_s == 2200.0
+
+
+def test_cli_bench(sweep, capsys, monkeypatch):
+    import types
+    fake = types.ModuleType("ablate.bench")
+    fake.bench_sweep = lambda path: bench_json(rounds=7)
+    monkeypatch.setitem(sys.modules, "ablate.bench", fake)
+    assert T.main([str(sweep), "--bench", "--format", "markdown"]) == 0
+    assert "median of 7 rounds" in capsys.readouterr().out
+    assert T.main([str(sweep), "--bench", "--save"]) == 0
+    assert json.loads((sweep / "bench.json").read_text())["rounds"] == 7
+    assert T.build_table(T.load_records(sweep)).bench_rounds == 7  # picked up from bench.json
+
+
+def test_bench_dict_argument(sweep):
+    t = T.build_table(T.load_records(sweep), bench=bench_json(rounds=5))
+    assert t.speed_source == "bench" and "median of 5 rounds" in t.caption()
+    assert T.build_table(T.load_records(sweep)).speed_source == "records"
+
+
+# --- files, wandb, CLI ------------------------------------------------------------------------
+
+def test_save_outputs_writes_four_files(table, sweep):
+    paths = T.save_outputs(table, sweep)
+    assert {p.name for p in paths.values()} == {"table.md", "table.tex", "table.csv", "table.png"}
+    assert (sweep / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (sweep / "table.csv").read_text() == T.render(table, "csv")
+    assert not [p for p in sweep.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_save_outputs_eval_plot(tmp_path):
+    recs = [record(i, [f"pos_enc={v}", "seed=0"], evals={16: 0.9, 32: 0.4}) for i, v in enumerate(["a", "b"])]
+    paths = T.save_outputs(T.build_table(recs), tmp_path)
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+
+
+def _wandb_cli():
+    exe = Path(sys.executable).parent / "wandb"
+    return str(exe) if exe.exists() else None
+
+
+def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    png = T.save_outputs(table, sweep)["png"]
+    run_dir = T.log_to_wandb(table, sweep, png)
+    assert run_dir and Path(run_dir).is_dir() and Path(run_dir).is_relative_to(sweep)
+    cli = _wandb_cli()
+    if cli is None:
+        pytest.skip("wandb CLI not found next to the interpreter")
+    out = subprocess.run([cli, "leet", "inspect", "--summary", "--json", run_dir],
+                         capture_output=True, text=True, timeout=60, check=True)
+    summary = json.loads(out.stdout)
+    assert summary["state"] == "finished" and summary["project"] == "ablate-test"
+    s = summary["summary"]
+    assert s["baseline"] == "independent" and s["speed_source"] == "records" and s["n_variants"] == 3
+    assert s["ablation_table"]["_type"] == "table-file" and s["ablation_table"]["nrows"] == 3
+    assert s["ablation_plot"]["_type"] == "image-file"
+    assert summary["config"]["baseline_key"] == "qkv_sharing=independent"
+    records = subprocess.run([cli, "leet", "inspect", "--json", run_dir],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    run_rec = next(json.loads(ln)["run"] for ln in records.splitlines() if '"type":"run"' in ln)
+    assert run_rec.get("job_type") == "table" and run_rec.get("run_group") == "sweep-g"
+
+
+def test_cli_csv(sweep, capsys):
+    assert T.main([str(sweep), "--format", "csv", "--baseline", "qkv_shared"]) == 0
+    rows = csv_dicts(capsys.readouterr().out)
+    assert [r["variant"] for r in rows] == ["independent", "Q=K, V separate", "Q=K=V"]
+    assert rows[2]["is_baseline"] == "True" and float(rows[2]["speed_ratio"]) == 1.0
+
+
+def test_cli_terminal_and_save(sweep, capsys):
+    assert T.main([str(sweep), "--save"]) == 0
+    out = capsys.readouterr().out
+    assert "Q=K=V" in out and (sweep / "table.tex").exists()
+
+
+def test_cli_errors(tmp_path, sweep, capsys):
+    (tmp_path / "empty").mkdir()
+    assert T.main([str(tmp_path / "empty")]) == 2
+    assert "no result.json under" in capsys.readouterr().err
+    assert T.main([str(sweep), "--baseline", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and "qkv_sharing=qk_shared" in err
+    with pytest.raises(SystemExit) as e:
+        T.main([str(sweep), "--format", "html"])
+    assert e.value.code == 2
