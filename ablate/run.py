@@ -150,10 +150,12 @@ def _print_summary(record: dict[str, Any], job: Job) -> None:
     if record["status"] != "ok":
         console.print(f"[bold red]{job.name}: {record['status']}[/] - {record['error']}")
         return
-    evals = "  ".join(f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items())
-    console.print(f"[bold green]{job.name}[/]: {evals}  loss {m['loss']:.4f}  "
-                  f"{m['tokens_per_s']:,.0f} tokens/s  peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB  "
-                  f"params {m['params']:,}  ({job.dir / 'result.json'})")
+    parts = [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
+    parts += [f"loss {m['loss']:.4f}", f"{m['tokens_per_s']:,.0f} tokens/s"]
+    if "peak_memory_bytes" in m:
+        parts.append(f"peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB")
+    parts.append(f"params {m['params']:,}")
+    console.print(f"[bold green]{job.name}[/]: {'  '.join(parts)}  ({job.dir / 'result.json'})")
 
 
 def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:

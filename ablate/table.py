@@ -420,18 +420,10 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         rows.append(row)
 
     spec = baseline or exp.get("baseline")
-    if spec:
-        try:
-            base = resolve_baseline(str(spec), rows)
-        except ValueError:
-            if baseline:
-                raise
-            if len(rows) > 1:
-                warnings.warn(f"experiment baseline {spec!r} has no records; using the first variant", stacklevel=2)
-            base = rows[0]
-    else:
-        base = rows[0]
+    base, base_of = _baselines(str(spec) if spec else None, rows, strict=bool(baseline))
     base.is_baseline = True
+    for row in base_of.values():
+        row.is_baseline = True
 
     speed_source, rounds = "records", None
     speed_note = "speed: per-run median tokens/s (separate runs), mean over seeds, ratio to baseline"
@@ -448,18 +440,51 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
                 row.tokens_per_s = speeds.get(row.key)
 
     for row in rows:
-        row.speed_ratio = _ratio(row.tokens_per_s, base.tokens_per_s)
-        row.memory_ratio = _ratio(row.memory_bytes, base.memory_bytes)
-        row.p_value = None if row.is_baseline else welch_p(row.accuracies, base.accuracies)
+        row_base = base_of.get(row.key, base)
+        row.speed_ratio = _ratio(row.tokens_per_s, row_base.tokens_per_s)
+        row.memory_ratio = _ratio(row.memory_bytes, row_base.memory_bytes)
+        row.p_value = None if row.is_baseline else welch_p(row.accuracies, row_base.accuracies)
 
+    per_group = len(set(map(id, base_of.values()))) > 1
     return SweepTable(
-        rows=rows, baseline=base.label, baseline_key=base.key,
+        rows=rows, baseline=f"{spec} (per {', '.join(_other_keys(base_of, spec))})" if per_group else base.label,
+        baseline_key=base.key,
         metric=str(_first(records, lambda r: r["metrics"]["metric"]) or "accuracy"),
         speed_source=speed_source, speed_note=speed_note, eval_lengths=lengths, train_length=train_len,
         experiment=exp.get("name"), memory_source=_first(records, lambda r: r["metrics"]["memory_source"]),
         bench_rounds=rounds, wandb_group=_first(records, lambda r: r["wandb"]["group"]),
         wandb_project=_first(records, lambda r: r["wandb"]["project"]), n_records=len(records),
     )
+
+
+def _baselines(spec: str | None, rows: list[Row], strict: bool) -> tuple[Row, dict[str, Row]]:
+    """The baseline row, and for sweeps over several keys each row's own baseline.
+
+    A baseline that names only some swept keys (``qkv_sharing=independent`` in a sweep of
+    task x qkv_sharing) matches several rows: each row is then compared with the matching row
+    that has its other values (independent QKV on the same task)."""
+    if not spec:
+        return rows[0], {}
+    wanted = split_override_string(spec) if "=" in spec else {}
+    matches = [r for r in rows if wanted and wanted.items() <= r.overrides.items()]
+    if len(matches) > 1:
+        def rest(row: Row) -> dict[str, str]:
+            return {k: v for k, v in row.overrides.items() if k not in wanted}
+        base_of = {row.key: m for row in rows for m in matches if rest(m) == rest(row)}
+        return matches[0], base_of
+    try:
+        return resolve_baseline(spec, rows), {}
+    except ValueError:
+        if strict:
+            raise
+        if len(rows) > 1:
+            warnings.warn(f"experiment baseline {spec!r} has no records; using the first variant", stacklevel=2)
+        return rows[0], {}
+
+
+def _other_keys(base_of: dict[str, Row], spec: str) -> list[str]:
+    wanted = split_override_string(spec)
+    return sorted({k for row in base_of.values() for k in row.overrides if k not in wanted})
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:

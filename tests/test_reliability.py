@@ -24,7 +24,7 @@ def assert_nothing_trained(where: Path) -> None:
     (["model.d_model=30"], ["model.d_model=30", "model.n_heads=4"]),
     (["pos_enc=rope", "model.d_model=12", "model.n_heads=4"], ["even head dimension", "3"]),
     (["qkv_sharing=gqa", "qkv_sharing.kv_heads=3"], ["kv_heads=3", "valid: 1, 2, 4"]),
-    (["pos_enc=learned", "task.eval_lengths=[64]"], ["pos_enc.max_len", "64"]),
+    (["pos_enc=learned", "task.eval_lengths=[256]"], ["pos_enc.max_len", "256"]),
     (["task=classify"], ["task.path"]),
     (["optim.lr=-1"], ["optim.lr=-1"]),
     (["model.foo=1"], ["foo"]),
