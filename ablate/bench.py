@@ -91,13 +91,13 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
     from ablate.table import variant_key
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        base = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-        params = {k: str(v) for k, v in (base.hydra.sweeper.params or {}).items() if k != "seed"}
-        swept = [o for o in overrides if "," in o and not o.startswith("seed=")]
-        fixed = [o for o in overrides if o not in swept]
-        parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + swept)
-        axes = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-                else [f"{o.get_key_element()}={o.get_value_element_as_str()}"] for o in parsed]
+        parser = OverridesParser.create()
+        cli = parser.parse_overrides(overrides)
+        fixed = [o.input_line for o in cli if not o.is_sweep_override()]
+        base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+        params = [f"{k}={v}" for k, v in (base.hydra.sweeper.params or {}).items()]
+        swept = {o.get_key_element(): o for o in parser.parse_overrides(params) + cli if o.is_sweep_override()}
+        axes = [[f"{key}={v}" for v in o.sweep_string_iterator()] for key, o in swept.items() if key != "seed"]
         configs = {}
         for combo in itertools.product(*axes):
             cfg = compose(config_name="config", overrides=[*fixed, *combo, "seed=0"])
@@ -107,15 +107,12 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
 
 def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
     """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
-    from ablate.run import variant_overrides
-    from ablate.table import load_records, variant_key
+    from ablate.table import group_by_variant, load_records
 
-    configs: dict[str, DictConfig] = {}
-    baseline = None
-    for record in load_records(Path(sweep_dir)):
-        key = variant_key(dict(o.split("=", 1) for o in variant_overrides(record["overrides"])))
-        configs.setdefault(key, OmegaConf.create(record["config"]))
-        baseline = baseline or (record.get("experiment") or {}).get("baseline")
+    groups = group_by_variant(load_records(Path(sweep_dir)))
+    configs = {key: OmegaConf.create(runs[0]["config"]) for key, runs in groups.items()}
+    baseline = next((r["experiment"]["baseline"] for runs in groups.values() for r in runs
+                     if (r.get("experiment") or {}).get("baseline")), None)
     result = interleaved(configs, rounds=rounds)
     result["baseline"] = baseline
     return result

@@ -137,8 +137,14 @@ def variants(records: list[dict]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _record_key(record: dict, varying: set[str]) -> str:
-    return variant_key({k: v for k, v in parse_overrides(record.get("overrides")).items() if k in varying})
+def group_by_variant(records: list[dict]) -> dict[str, list[dict]]:
+    """``{variant_key: [its records]}`` in sweep order (``ablate.bench`` times the same variants)."""
+    varying = _varying_keys(records)
+    groups: dict[str, list[dict]] = {key: [] for key in variants(records)}
+    for record in records:
+        ov = parse_overrides(record.get("overrides"))
+        groups[variant_key({k: v for k, v in ov.items() if k in varying})].append(record)
+    return groups
 
 
 def load_bench(sweep_dir: str | Path) -> dict | None:
@@ -392,9 +398,7 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
 
     exp = _experiment(records)
     varying = _varying_keys(records)
-    by_key: dict[str, list[dict]] = {key: [] for key in variants(records)}
-    for r in records:
-        by_key[_record_key(r, varying)].append(r)
+    by_key = group_by_variant(records)
 
     lengths = sorted({int(L) for r in records for L in (_metric(r, "eval") or {}) if str(L).isdigit()})
     train_len = _train_length(records, lengths)

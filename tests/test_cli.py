@@ -62,3 +62,24 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
     assert len(table_runs) == 1
     table_summary = wandb_summary(table_runs[0])
     assert any("table" in key for key in table_summary["summary"]), table_summary["summary"]
+
+    # the interleaved benchmark of the same variants becomes the table's speed source
+    bench = run_cli([str(sweep), "--bench", "--save", "--format", "csv"], tmp_path, script="ablate-table")
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(bench.stdout)))
+    assert {r["speed_source"] for r in rows} == {"bench"} and len(rows) == 3
+    saved = json.loads((sweep / "bench.json").read_text())
+    assert set(saved["variants"]) == {f"qkv_sharing={v}" for v in ("independent", "qk_shared", "qkv_shared")}
+
+
+def test_ablate_bench_times_every_variant_interleaved(tmp_path: Path, tiny: list[str]) -> None:
+    out = run_cli(["experiment=qkv_sharing", *tiny, "--rounds", "3", "--out", "bench.json"], tmp_path,
+                  script="ablate-bench")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["baseline"] == "qkv_sharing=independent"
+    assert list(result["variants"]) == ["qkv_sharing=qkv_shared", "qkv_sharing=qk_shared", "qkv_sharing=independent"]
+    for v in result["variants"].values():
+        s = v["tokens_per_s"]
+        assert 0 < s["min"] <= s["median"] <= s["max"] and v["timed_steps"] == 3 * 5
+    assert "1.000x" in out.stdout  # the baseline's own ratio

@@ -323,18 +323,6 @@ def test_bench_keys_with_common_overrides(sweep):
     assert t.speed_source == "bench" and t.rows[1].tokens_per_s == 2200.0
 
 
-def test_cli_bench(sweep, capsys, monkeypatch):
-    import types
-    fake = types.ModuleType("ablate.bench")
-    fake.bench_sweep = lambda path: bench_json(rounds=7)
-    monkeypatch.setitem(sys.modules, "ablate.bench", fake)
-    assert T.main([str(sweep), "--bench", "--format", "markdown"]) == 0
-    assert "median of 7 rounds" in capsys.readouterr().out
-    assert T.main([str(sweep), "--bench", "--save"]) == 0
-    assert json.loads((sweep / "bench.json").read_text())["rounds"] == 7
-    assert T.build_table(T.load_records(sweep)).bench_rounds == 7  # picked up from bench.json
-
-
 def test_bench_dict_argument(sweep):
     t = T.build_table(T.load_records(sweep), bench=bench_json(rounds=5))
     assert t.speed_source == "bench" and "median of 5 rounds" in t.caption()
