@@ -36,7 +36,15 @@ def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
         job_cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
     except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job
         return [str(error)]
-    return config_problems(OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]))
+    problems = config_problems(OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]))
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    if str(job_cfg.trainer.get("strategy", "auto")).startswith("ddp") and not launcher.endswith("SlurmLauncher"):
+        # Lightning starts DDP ranks by re-running the command line: in a local multirun every rank
+        # would re-launch the whole sweep. SLURM starts the ranks itself (one task per GPU).
+        problems.append(f"trainer.strategy={job_cfg.trainer.strategy} in a multirun needs "
+                        "hydra/launcher=submitit_slurm with hydra.launcher.tasks_per_node=<GPUs>; "
+                        "or run the job alone: ablate trainer=ddp ...")
+    return problems
 
 
 class SweepCallbacks(Callback):

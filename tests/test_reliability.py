@@ -154,3 +154,10 @@ def test_ddp_keeps_one_record_and_one_wandb_run(tmp_path: Path, tiny: list[str])
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(records(tmp_path / "run")) == 1
     assert len(list((tmp_path / "run").rglob("offline-run-*"))) == 1
+
+
+def test_local_multirun_refuses_ddp_before_training(tmp_path: Path) -> None:
+    out = run_cli(["-m", "seed=0,1", "trainer=debug", "+trainer.strategy=ddp", f"hydra.sweep.dir={tmp_path / 's'}"],
+                  tmp_path)
+    assert out.returncode == 2 and "submitit_slurm" in out.stderr
+    assert_nothing_trained(tmp_path)
