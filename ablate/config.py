@@ -94,7 +94,24 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
             problems.append(f"pos_enc=learned has a table of pos_enc.max_len={pos.get('max_len')} positions "
                             f"but the task runs at length {max(lengths)} (task.seq_len/task.eval_lengths); "
                             "learned positions cannot extrapolate: raise pos_enc.max_len or pick another pos_enc")
+    if not problems:
+        problems += _build_problems(cfg, max([task.get("seq_len") or 1, *(task.get("eval_lengths") or [])]))
     return problems
+
+
+def _build_problems(cfg: Mapping[str, Any], max_len: int) -> list[str]:
+    """Build the model on the meta device (no memory, no data): catches what only a class can
+    know, such as a key its constructor does not take or deepnorm at a placement other than post."""
+    import torch
+
+    from ablate.model.transformer import build_model
+
+    try:
+        with torch.device("meta"):
+            build_model(cfg, vocab_size=2, n_outputs=2, max_len=max_len, pad_id=None)
+    except (TypeError, ValueError) as error:
+        return [f"model: {error}"]
+    return []
 
 
 def validate(cfg: DictConfig | Mapping[str, Any]) -> None:
