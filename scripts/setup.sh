@@ -13,8 +13,11 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "setup: NVIDIA GPU found: installing torch (CUDA build)"
     "${pip[@]}" "torch>=2.4"
-  elif "${pip[@]}" --no-index "torch>=2.4" 2>/dev/null; then
-    echo "setup: installed a CPU build of torch found on this machine"
+  elif "${pip[@]}" --no-index --no-deps "torch>=2.4" 2>/dev/null; then
+    # a torch wheel this machine already holds (pip's find-links); its dependencies from the index
+    version=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))")
+    "${pip[@]}" "torch==$version"
+    echo "setup: installed torch $version found on this machine"
   else
     echo "setup: no GPU: installing torch (CPU build)"
     "${pip[@]}" "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu

@@ -39,6 +39,13 @@ def wandb_summary(run_dir: str | Path) -> dict:
     return json.loads(out.stdout)
 
 
+def wandb_run_info(run_dir: str | Path) -> dict:
+    """The run record of a run's .wandb log (name, group, job_type, config), via `wandb leet`."""
+    out = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--json", str(run_dir)],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return next(json.loads(line)["run"] for line in out.stdout.splitlines() if '"type":"run"' in line)
+
+
 @pytest.fixture
 def tiny() -> list[str]:
     """Overrides for a tiny, fast model."""

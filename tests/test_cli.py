@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from conftest import records, run_cli, wandb_summary
+from conftest import records, run_cli, wandb_run_info, wandb_summary
 
 
 def test_single_run_prints_final_metrics(tmp_path: Path, tiny: list[str]) -> None:
@@ -46,10 +46,12 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
 
     # wandb: one offline run per job, one group, distinct names, the summary, plus the table run
     run_dirs = [r["wandb"]["dir"] for r in recs]
-    groups = {r["wandb"]["group"] for r in recs}
-    assert len(groups) == 1 and len(set(run_dirs)) == 6
-    names = set()
+    assert len(set(run_dirs)) == 6
+    names, groups = set(), set()
     for r in recs:
+        info = wandb_run_info(r["wandb"]["dir"])
+        groups.add(info["run_group"])
+        assert info["job_type"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
         summary = wandb_summary(r["wandb"]["dir"])
         names.add(summary["name"])
         assert summary["state"] == "finished" and summary["exit_code"] == 0
@@ -57,9 +59,11 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
             assert key in summary["summary"], key
         assert summary["summary"]["status"] == "ok"
         assert summary["config"]["qkv_sharing"] == r["choices"]["qkv_sharing"]
-    assert len(names) == 6
+    assert len(names) == 6 and len(groups) == 1
     table_runs = [p for p in (sweep / "wandb").glob("offline-run-*")]
     assert len(table_runs) == 1
+    table_info = wandb_run_info(table_runs[0])
+    assert table_info["job_type"] == "table" and table_info["run_group"] in groups
     table_summary = wandb_summary(table_runs[0])
     assert any("table" in key for key in table_summary["summary"]), table_summary["summary"]
 
