@@ -6,6 +6,7 @@ Configured in ``conf/config.yaml`` under ``hydra.callbacks``, so they run with e
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import config_problems
+from ablate.results import write_json_atomic
 
 
 def sweep_job_overrides(config: DictConfig) -> list[list[str]]:
@@ -47,13 +49,36 @@ def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
     return problems
 
 
+SWEEP_FILE = "sweep.json"
+
+
+def swept_keys(jobs: list[list[str]]) -> list[str]:
+    """The keys that take more than one value across the jobs, in command-line order."""
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    return [key for key, seen in values.items() if len(seen) > 1]
+
+
+def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
+    """The swept keys recorded at the start of the sweep (None when unknown)."""
+    try:
+        return json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["swept"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Validate every job's composed config; exit 2 before any training if one is invalid."""
+        """Validate every job's composed config (exit 2 before any training if one is invalid),
+        and record which keys the sweep varies (a job's variant, its wandb job_type)."""
         if config.hydra.sweeper.get("_target_", "").split(".")[-1] != "BasicSweeper":
             return  # other sweepers (e.g. optimisers) choose their jobs as they go
+        jobs = sweep_job_overrides(config)
         bad = {}
-        for overrides in sweep_job_overrides(config):
+        for overrides in jobs:
             problems = job_problems(config, overrides)
             if problems:
                 bad[" ".join(overrides) or "(defaults)"] = problems
@@ -63,6 +88,7 @@ class SweepCallbacks(Callback):
                 lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
             print("\n".join(lines), file=sys.stderr)
             sys.exit(2)
+        write_json_atomic(Path(config.hydra.sweep.dir) / SWEEP_FILE, {"swept": swept_keys(jobs), "jobs": jobs})
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Print, save and log the sweep's table; exit 1 if any job failed."""

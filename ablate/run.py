@@ -30,9 +30,11 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def variant_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that make a job's variant: all but the seed and the experiment name."""
-    return [o for o in overrides if _key(o) not in NOT_VARIANT_KEYS and not _key(o).startswith("hydra")]
+def variant_overrides(overrides: list[str], swept: list[str] | None = None) -> list[str]:
+    """The overrides that make a job's variant: those of the ``swept`` keys when the sweep's keys
+    are known (``sweep.json``), else all but the seed and the experiment name."""
+    return [o for o in overrides if _key(o) not in NOT_VARIANT_KEYS and not _key(o).startswith("hydra")
+            and (swept is None or _key(o) in swept)]
 
 
 def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
@@ -68,7 +70,13 @@ class Job:
 
     @property
     def variant(self) -> str:
-        return ",".join(variant_overrides(self.overrides)) or "defaults"
+        """The swept choices of this job other than the seed, e.g. ``qkv_sharing=qk_shared``."""
+        swept = None
+        if self.sweep_dir is not None:
+            from ablate.callbacks import read_sweep_keys
+
+            swept = read_sweep_keys(self.sweep_dir)
+        return ",".join(variant_overrides(self.overrides, swept)) or "defaults"
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
@@ -127,7 +135,7 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
         return None
     from ablate.tracking import init_run
 
-    return init_run(name=job.name, group=group, job_type=job.variant[:64], project=cfg.logger.project,
+    return init_run(name=job.name, group=group, job_type=job.variant[:128], project=cfg.logger.project,
                     config=_wandb_config(resolved, job), dir=job.dir)
 
 

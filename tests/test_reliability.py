@@ -91,17 +91,20 @@ def test_relaunch_skips_finished_jobs_and_reruns_missing_ones(tmp_path: Path, ti
         assert p.stat().st_mtime_ns == stamps[p], "finished jobs are left untouched"
 
 
+@pytest.mark.timeout(600)
 def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     args = _sweep_args(sweep, tiny, 400)
     proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not list(sweep.rglob("result.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.5)  # the second job is training now
+    deadline = time.monotonic() + 300
+    while not list(sweep.glob("*qkv_sharing=qk_shared*/.hydra")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the second job's directory: it is training once it exists
+    time.sleep(0.5)
+    (second,) = sweep.glob("*qkv_sharing=qk_shared*")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert not (second / "result.json").exists(), "killed in the middle of the second job"
     assert len(list(sweep.rglob("result.json"))) < 3, "killed mid-sweep"
 
     out = run_cli(args, tmp_path)
