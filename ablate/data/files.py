@@ -241,6 +241,14 @@ class FileTask(Task):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self._encoded: dict[tuple[str, int], _ClassRows | _TagRows] = {}
 
+    def _locate(self, path, train_file: str, dev_file: str) -> None:
+        """Check ``task.path`` holds the train and dev files; set ``self.path`` and ``self.files``."""
+        problems = _dir_problems(self.name, path, [train_file, dev_file], self.what(train_file, dev_file))
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.path = Path(str(path)).expanduser()
+        self.files = {"train": self.path / train_file, "dev": self.path / dev_file}
+
     def setup(self) -> None:
         """Read the files and encode every split and length now, so bad data fails early."""
         if not self._ready:
@@ -318,11 +326,7 @@ class Classify(ClassificationTask):
                  dev_file: str = "dev.tsv", text_columns: Sequence[str] | None = None,
                  label_column: str | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
-        probs = _dir_problems(self.name, path, [train_file, dev_file], self.what(train_file, dev_file))
-        if probs:
-            raise ValueError("; ".join(probs))
-        self.path = Path(str(path)).expanduser()
-        self.files = {"train": self.path / train_file, "dev": self.path / dev_file}
+        self._locate(path, train_file, dev_file)
         self.text_columns = None if text_columns is None else (
             [text_columns] if isinstance(text_columns, str) else list(text_columns))
         self.label_column = label_column
@@ -391,11 +395,7 @@ class Tagging(FileTask):
                  causal: bool = False, path: str | None = None, train_file: str = "train.txt",
                  dev_file: str = "dev.txt"):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
-        probs = _dir_problems(self.name, path, [train_file, dev_file], self.what(train_file, dev_file))
-        if probs:
-            raise ValueError("; ".join(probs))
-        self.path = Path(str(path)).expanduser()
-        self.files = {"train": self.path / train_file, "dev": self.path / dev_file}
+        self._locate(path, train_file, dev_file)
         self._rows = {"train": read_tagging_file(self.files["train"])}
         train = self._rows["train"]
         self.tokens = sorted({t for xs, _, _ in train for t in xs})
