@@ -793,8 +793,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", "-b", help="baseline variant: override string (qkv_sharing=independent), "
                    "label, or value (independent); default: the experiment's baseline, else the first variant")
     p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} into the sweep directory")
-    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=False,
-                   help="log the table and plot to the sweep's wandb group (default: off)")
+    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
+                   help="log the table and plot to the sweep's wandb group, as a run of job_type 'table' "
+                   "(default: on when the sweep's runs were logged to wandb)")
     p.add_argument("--bench", action="store_true", help="time all variants interleaved in this process "
                    "(ablate-bench) and use that as the speed source")
     return p
@@ -812,11 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bench = None
     if args.bench:
-        try:
-            from ablate.bench import bench_sweep
-        except ImportError as err:
-            print(f"ablate-table: --bench needs ablate.bench: {err}", file=sys.stderr)
-            return 1
+        from ablate.bench import bench_sweep
+
         try:
             bench = bench_sweep(path)
         except Exception as err:  # noqa: BLE001 - report, do not dump a traceback
@@ -842,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
             written["bench"] = _write_atomic(path / "bench.json", json.dumps(bench, indent=2) + "\n")
         png = written["png"]
         print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
-    if args.wandb:
+    if args.wandb or (args.wandb is None and table.wandb_group):
         with tempfile.TemporaryDirectory() as tmp:
             png = png or plot(table, Path(tmp) / "table.png")
             run = log_to_wandb(table, path, png)

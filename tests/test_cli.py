@@ -34,7 +34,7 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
     assert "qk_shared" in out.stdout
 
     # ablate-table on the sweep directory
-    table = run_cli([str(sweep), "--format", "csv"], tmp_path, script="ablate-table")
+    table = run_cli([str(sweep), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
     assert table.returncode == 0, table.stderr
     rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(table.stdout))}
     params = {v: int(rows[v]["params"]) for v in ("independent", "qk_shared", "qkv_shared")}
@@ -74,6 +74,9 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
     assert {r["speed_source"] for r in rows} == {"bench"} and len(rows) == 3
     saved = json.loads((sweep / "bench.json").read_text())
     assert set(saved["variants"]) == {f"qkv_sharing={v}" for v in ("independent", "qk_shared", "qkv_shared")}
+    # ablate-table logs its table to the sweep's wandb group by default
+    new_runs = set((sweep / "wandb").glob("offline-run-*")) - set(table_runs)
+    assert len(new_runs) == 1 and wandb_run_info(new_runs.pop())["run_group"] in groups
 
 
 def test_ablate_bench_times_every_variant_interleaved(tmp_path: Path, tiny: list[str]) -> None:
