@@ -152,18 +152,19 @@ def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
 
 def _print_summary(record: dict[str, Any], job: Job) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     m = record["metrics"]
     console = Console(highlight=False, soft_wrap=True)
     if record["status"] != "ok":
-        console.print(f"[bold red]{job.name}: {record['status']}[/] - {record['error']}")
+        console.print(f"[bold red]{escape(job.name)}: {record['status']}[/] - {escape(record['error'])}")
         return
     parts = [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
     parts += [f"loss {m['loss']:.4f}", f"{m['tokens_per_s']:,.0f} tokens/s"]
     if "peak_memory_bytes" in m:
         parts.append(f"peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB")
     parts.append(f"params {m['params']:,}")
-    console.print(f"[bold green]{job.name}[/]: {'  '.join(parts)}  ({job.dir / 'result.json'})")
+    console.print(f"[bold green]{escape(job.name)}[/]: {escape('  '.join(parts))}  ({escape(str(job.dir / 'result.json'))})")
 
 
 def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:

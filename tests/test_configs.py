@@ -76,3 +76,10 @@ def test_invalid_combinations_are_named() -> None:
 def test_missing_task_path_is_named() -> None:
     problems = config_problems(compose_cfg(["task=classify"]))
     assert any("task.path" in p for p in problems), problems
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("datasets") is not None,
+                    reason="the datasets library is installed here")
+def test_glue_without_path_or_datasets_is_named() -> None:
+    problems = config_problems(compose_cfg(["task=glue"]))
+    assert any("pip install -e '.[glue]'" in p for p in problems), problems

@@ -20,6 +20,8 @@ those are not computed here). STS-B is a regression task and is not supported.
 
 from __future__ import annotations
 
+import importlib.util
+
 from pathlib import Path
 
 from .base import Task
@@ -117,6 +119,9 @@ class GlueTask(ClassificationTask):
         out = super().problems(cfg)
         if cfg.get("path") is not None:
             out += _dir_problems(cls.name, cfg["path"], cls.local_files(), cls.what())
+        elif importlib.util.find_spec("datasets") is None:
+            out.append("task.path=null loads GLUE with the `datasets` library, which is not installed: "
+                       "pip install -e '.[glue]' (or set task.path to a directory of GLUE's TSV files)")
         return out
 
 
