@@ -21,11 +21,19 @@ those are not computed here). STS-B is a regression task and is not supported.
 from __future__ import annotations
 
 import importlib.util
-
+import sys
 from pathlib import Path
 
 from .base import Task
 from .files import ClassificationTask, _dir_problems, read_glue_tsv
+
+
+def _datasets_available() -> bool:
+    """Whether ``import datasets`` can work, without importing it (it is slow)."""
+    if "datasets" in sys.modules:
+        return sys.modules["datasets"] is not None
+    return importlib.util.find_spec("datasets") is not None
+
 
 #: GLUE classification tasks and their number of classes
 GLUE_TASKS: dict[str, int] = {
@@ -119,7 +127,7 @@ class GlueTask(ClassificationTask):
         out = super().problems(cfg)
         if cfg.get("path") is not None:
             out += _dir_problems(cls.name, cfg["path"], cls.local_files(), cls.what())
-        elif importlib.util.find_spec("datasets") is None:
+        elif not _datasets_available():
             out.append("task.path=null loads GLUE with the `datasets` library, which is not installed: "
                        "pip install -e '.[glue]' (or set task.path to a directory of GLUE's TSV files)")
         return out
