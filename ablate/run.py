@@ -221,7 +221,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     _quiet_lightning()
     data, model, module = build(cfg)
     train_loader = data.train_dataloader()
-    metrics.update(metric=data.metric, params=sum(p.numel() for p in model.parameters() if p.requires_grad))
+    metrics.update(metric=data.metric, params=model.num_params())
     if cfg.measure.memory:
         batch = next(iter(train_loader))
         memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,

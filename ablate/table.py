@@ -226,10 +226,6 @@ class SweepTable:
     significance_test: str = SIGNIFICANCE_TEST
 
     @property
-    def baseline_row(self) -> Row:
-        return next(r for r in self.rows if r.is_baseline)
-
-    @property
     def extra_lengths(self) -> list[int]:
         """Evaluated lengths shown besides the accuracy column (the training length is that column)."""
         if len(self.eval_lengths) < 2:
@@ -493,14 +489,6 @@ def _other_keys(base_of: dict[str, Row], spec: str) -> list[str]:
 
 def _ratio(value: float | None, base: float | None) -> float | None:
     return value / base if value is not None and base else None
-
-
-def sweep_table(sweep_dir: str | Path, baseline: str | None = None, bench: dict | None = None) -> SweepTable:
-    """``build_table(load_records(sweep_dir), ...)``; ValueError when there is no record."""
-    records = load_records(sweep_dir)
-    if not records:
-        raise ValueError(f"no result.json under {sweep_dir}")
-    return build_table(records, baseline=baseline, bench=bench)
 
 
 # ---------------------------------------------------------------------------------------------
