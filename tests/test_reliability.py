@@ -117,11 +117,13 @@ def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]
 
 def test_same_seed_same_metrics_on_cpu(tmp_path: Path, tiny: list[str]) -> None:
     metrics = []
-    for name in ("a", "b"):
-        assert run_cli([*tiny, "trainer.max_steps=15", "logger=none", f"hydra.run.dir={name}"], tmp_path).returncode == 0
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        out = run_cli([*tiny, "trainer.max_steps=15", "logger=none", f"seed={seed}", f"hydra.run.dir={name}"], tmp_path)
+        assert out.returncode == 0
         (record,) = records(tmp_path / name)
         metrics.append({k: record["metrics"][k] for k in ("accuracy", "loss", "eval", "params", "memory")})
     assert metrics[0] == metrics[1]
+    assert metrics[2]["loss"] != metrics[0]["loss"], "another seed trains another model"
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
