@@ -29,6 +29,25 @@ def masked_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
 
 
+def matthews_corr(confusion: Tensor) -> float:
+    """Matthews correlation from a (true, predicted) confusion matrix, multi-class form
+    (Gorodkin 2004): (c·s − Σ_k p_k t_k) / sqrt((s² − Σ_k p_k²)(s² − Σ_k t_k²)). GLUE's CoLA metric."""
+    conf = confusion.double()
+    t, p, c, s = conf.sum(1), conf.sum(0), conf.trace(), conf.sum()
+    den = ((s * s - (p * p).sum()) * (s * s - (t * t).sum())).sqrt()
+    return float((c * s - (p * t).sum()) / den) if den > 0 else 0.0
+
+
+def binary_f1(confusion: Tensor) -> float:
+    """F1 of class 1 (GLUE's MRPC and QQP metric): 2·TP / (2·TP + FP + FN)."""
+    tp, fp, fn = confusion[1, 1].item(), confusion[0, 1].item(), confusion[1, 0].item()
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+
+
+#: headline metrics computed from the confusion matrix; every other metric is plain accuracy
+CONFUSION_METRICS = {"matthews_corr": matthews_corr, "f1": binary_f1}
+
+
 def make_optimizer(params: Any, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (not on norms, biases or gains), as in GPT-2."""
     params = [p for p in params if p.requires_grad]
@@ -49,13 +68,15 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
 
 class AblateModule(pl.LightningModule):
     def __init__(self, model: nn.Module, optim: Mapping[str, Any], total_steps: int,
-                 val_lengths: list[int] | None = None) -> None:
+                 val_lengths: list[int] | None = None, metric: str = "accuracy", n_classes: int = 0) -> None:
         super().__init__()
         self.model = model
         self.optim = dict(optim)
         self.total_steps = total_steps
         self.val_lengths = list(val_lengths or [])
+        self.metric, self.n_classes = metric, n_classes
         self._eval_sums: dict[int, Tensor] = {}
+        self._confusion: dict[int, Tensor] = {}
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)
@@ -77,24 +98,37 @@ class AblateModule(pl.LightningModule):
         sums = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
         length = self.val_lengths[dataloader_idx] if self.val_lengths else tokens.shape[1]
         self._eval_sums[length] = self._eval_sums.get(length, 0) + sums.detach()
+        if self.metric in CONFUSION_METRICS:
+            pairs = targets[labelled] * self.n_classes + logits.argmax(-1)[labelled]
+            counts = torch.bincount(pairs, minlength=self.n_classes ** 2).view(self.n_classes, self.n_classes)
+            self._confusion[length] = self._confusion.get(length, 0) + counts
 
     def on_validation_epoch_start(self) -> None:
-        self._eval_sums = {}
+        self._eval_sums, self._confusion = {}, {}
 
     def on_validation_epoch_end(self) -> None:
         for length, sums in self._eval_sums.items():
             if self.trainer.world_size > 1:  # every rank saw a shard of the held-out set
-                sums = self._eval_sums[length] = self.all_gather(sums).reshape(-1, 3).sum(0)
-            loss_sum, correct, count = sums.tolist()
-            self.log_dict({f"val/loss@{length}": loss_sum / count, f"val/accuracy@{length}": correct / count},
+                self._eval_sums[length] = self.all_gather(sums).reshape(-1, 3).sum(0)
+                if length in self._confusion:
+                    gathered = self.all_gather(self._confusion[length])
+                    self._confusion[length] = gathered.reshape(-1, self.n_classes, self.n_classes).sum(0)
+        for length, e in self.eval_results().items():
+            self.log_dict({f"val/loss@{length}": e["loss"], f"val/accuracy@{length}": e["accuracy"]},
                           add_dataloader_idx=False, sync_dist=False, rank_zero_only=True)
 
     def eval_results(self) -> dict[str, dict[str, float]]:
-        """``{length: {accuracy, loss}}`` of the last validation, over every labelled position."""
+        """``{length: {accuracy, loss, count}}`` of the last validation, over every labelled position.
+        ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
+        metric that metric (plain accuracy is then kept as ``label_accuracy``)."""
         out = {}
         for length, sums in self._eval_sums.items():
             loss_sum, correct, count = sums.tolist()
-            out[str(length)] = {"accuracy": correct / count, "loss": loss_sum / count, "count": int(count)}
+            e = {"accuracy": correct / count, "loss": loss_sum / count, "count": int(count)}
+            if length in self._confusion:
+                e["label_accuracy"] = e["accuracy"]
+                e["accuracy"] = CONFUSION_METRICS[self.metric](self._confusion[length])
+            out[str(length)] = e
         return out
 
     def configure_optimizers(self) -> Any:

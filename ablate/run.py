@@ -201,7 +201,7 @@ def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
     data = AblateDataModule(cfg.task, seed=cfg.seed)
     data.setup("fit")
     model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
-    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths)
+    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes)
     return data, model, module
 
 

@@ -20,6 +20,17 @@ def test_single_run_prints_final_metrics(tmp_path: Path, tiny: list[str]) -> Non
     assert record["metrics"]["steps"] == 6
 
 
+def test_glue_cola_reports_matthews_correlation(tmp_path: Path, tiny: list[str]) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "glue_cola"
+    out = run_cli([*tiny, "task=glue", "task.name=cola", f"task.path={fixture}", "task.seq_len=48",
+                   "logger=none", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (record,) = records(tmp_path / "run")
+    m = record["metrics"]
+    assert m["metric"] == "matthews_corr" and -1 <= m["accuracy"] <= 1
+    assert 0 <= m["eval"]["48"]["label_accuracy"] <= 1
+
+
 def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "qkv_sharing=independent,qk_shared,qkv_shared", "seed=0,1", *tiny,

@@ -265,3 +265,4 @@ def test_failing_loss_leaves_state_restored():
         measure_training_memory(model, _adamw, _token_batch(2, 8), broken_loss)
     assert gc.isenabled()
     assert torch.equal(torch.get_rng_state(), rng)
+

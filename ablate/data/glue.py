@@ -13,9 +13,10 @@ Platform for Natural Language Understanding"): ``task=glue task.name=NAME`` with
 
 Tokens, layout and label ids are those of ``task=classify`` (byte tokens with CLS/SEP/PAD,
 labels in sorted order of their strings; the hub's integer labels are used as strings). The
-held-out split is GLUE's dev set (its test labels are not public). The metric is accuracy for
-every task (GLUE's official CoLA metric is Matthews correlation, and MRPC/QQP also report F1;
-those are not computed here). STS-B is a regression task and is not supported.
+held-out split is GLUE's dev set (its test labels are not public). The headline metric is GLUE's
+own: Matthews correlation for CoLA, F1 of the positive class for MRPC and QQP (their accuracy is
+recorded too, as ``label_accuracy``), accuracy for the others. STS-B is a regression task and is
+not supported.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def _datasets_available() -> bool:
 GLUE_TASKS: dict[str, int] = {
     "cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
 }
+#: GLUE's headline metric where it is not accuracy (computed in ablate.lit.CONFUSION_METRICS)
+GLUE_METRICS: dict[str, str] = {"cola": "matthews_corr", "mrpc": "f1", "qqp": "f1"}
 UNSUPPORTED = {"stsb": "GLUE's stsb is a regression task and is not supported"}
 
 #: text columns of each task in the hub's version
@@ -69,6 +72,7 @@ class GlueTask(ClassificationTask):
                  causal: bool = False, path: str | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.n_classes = GLUE_TASKS[self.name]
+        self.metric = GLUE_METRICS.get(self.name, "accuracy")
         self.path = None if path is None else Path(str(path)).expanduser()
         if self.path is not None:
             probs = _dir_problems(self.name, str(path), self.local_files(), self.what())
