@@ -8,6 +8,7 @@ says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -49,9 +50,10 @@ class Job:
     """What a job needs to know about where it runs; built from Hydra's runtime config."""
 
     def __init__(self, job_dir: Path, overrides: list[str], choices: dict[str, str],
-                 sweep_dir: str | None, num: int | None) -> None:
+                 sweep_dir: str | None, num: int | None, parallel_jobs: int = 1) -> None:
         self.dir, self.overrides, self.choices = job_dir, overrides, choices
         self.sweep_dir, self.num = sweep_dir, num
+        self.parallel_jobs = parallel_jobs  # jobs running at once on this machine (joblib launcher)
 
     @classmethod
     def from_hydra(cls) -> "Job":
@@ -61,8 +63,12 @@ class Job:
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
         choices = {g: hc.runtime.choices.get(g) for g in CHOICE_GROUPS if g in hc.runtime.choices}
+        parallel = 1
+        if multirun and str(hc.launcher.get("_target_", "")).endswith("JoblibLauncher"):
+            n_jobs = int(hc.launcher.get("n_jobs") or 1)
+            parallel = max(1, (os.cpu_count() or 1) + 1 + n_jobs) if n_jobs < 0 else n_jobs  # joblib's rule
         return cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
-                   hc.sweep.dir if multirun else None, hc.job.num if multirun else None)
+                   hc.sweep.dir if multirun else None, hc.job.num if multirun else None, parallel)
 
     @property
     def name(self) -> str:
@@ -219,9 +225,11 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     from ablate.measure import SpeedMeter, measure_training_memory
 
     _quiet_lightning()
+    if job.parallel_jobs > 1:  # parallel jobs share the cores instead of each taking all of them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // job.parallel_jobs))
     data, model, module = build(cfg)
     train_loader = data.train_dataloader()
-    metrics.update(metric=data.metric, params=model.num_params())
+    metrics.update(metric=data.metric, params=model.num_params(), torch_threads=torch.get_num_threads())
     if cfg.measure.memory:
         batch = next(iter(train_loader))
         memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,

@@ -138,6 +138,8 @@ def test_parallel_launchers_give_one_record_and_wandb_run_per_job(tmp_path: Path
     assert len({r["wandb"]["dir"] for r in recs}) == 2
     for r in recs:
         assert wandb_summary(r["wandb"]["dir"])["summary"]["status"] == "ok"
+        if launcher == "joblib":  # two jobs at once share the cores
+            assert r["metrics"]["torch_threads"] == max(1, (os.cpu_count() or 1) // 2)
     assert (sweep / "table.csv").exists()
 
 
