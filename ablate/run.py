@@ -230,15 +230,14 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     data, model, module = build(cfg)
     train_loader = data.train_dataloader()
     metrics.update(metric=data.metric, params=model.num_params(), torch_threads=torch.get_num_threads())
-    if cfg.measure.memory:
+    speed = SpeedMeter(cfg.measure.warmup_steps)
+    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed], job.dir)
+    cuda = trainer.strategy.root_device.type == "cuda"
+    if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure
         batch = next(iter(train_loader))
         memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,
                                          lambda m, b: masked_loss(m(b[0]), b[1]))
         metrics.update(memory=memory, peak_memory_bytes=memory["peak"], memory_source="cpu-accounting")
-
-    speed = SpeedMeter(cfg.measure.warmup_steps)
-    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed], job.dir)
-    cuda = trainer.strategy.root_device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(module, train_dataloaders=train_loader)
