@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.results import write_json_atomic
@@ -47,19 +45,14 @@ class _Variant:
             return next(self.batches)
 
     def step(self, timed: bool) -> None:
-        from ablate.lit import masked_loss
+        from ablate.lit import train_step
 
-        tokens, targets = self._next_batch()
+        batch = self._next_batch()
         start = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = masked_loss(self.model(tokens), targets)
-        loss.backward()
-        if self.clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
-        self.optimizer.step()
+        train_step(self.model, self.optimizer, batch, self.clip)
         if timed:
             self.times.append(time.perf_counter() - start)
-            self.tokens_per_step = tokens.numel()
+            self.tokens_per_step = batch[0].numel()
 
 
 def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_round: int = 5,
@@ -78,8 +71,11 @@ def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_roun
 
 def _tokens_per_s(times: list[float], tokens_per_step: int) -> dict[str, Any]:
     """bench.json's per-variant entry: tokens/s min/median/max over the timed steps."""
-    return {"tokens_per_s": {"min": tokens_per_step / max(times), "median": tokens_per_step / statistics.median(times),
-                             "max": tokens_per_step / min(times)}, "timed_steps": len(times)}
+    from ablate.measure import summarize_times
+
+    s = summarize_times(times, tokens_per_step)
+    return {"tokens_per_s": {"min": tokens_per_step / s["step_time_s"]["max"], "median": s["tokens_per_s"],
+                             "max": tokens_per_step / s["step_time_s"]["min"]}, "timed_steps": s["timed_steps"]}
 
 
 def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str | None]:

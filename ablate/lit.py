@@ -48,6 +48,20 @@ def binary_f1(confusion: Tensor) -> float:
 CONFUSION_METRICS = {"matthews_corr": matthews_corr, "f1": binary_f1}
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[Tensor, Tensor],
+               clip: float | None = None) -> Tensor:
+    """One optimizer step as the Trainer takes it (loss, backward, gradient clipping, step), in plain
+    PyTorch: what the benchmarks time against, and outside Lightning."""
+    tokens, targets = batch
+    optimizer.zero_grad(set_to_none=True)
+    loss = masked_loss(model(tokens), targets)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return loss
+
+
 def make_optimizer(params: Any, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices only (not on norms, biases or gains), as in GPT-2."""
     params = [p for p in params if p.requires_grad]

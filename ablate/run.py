@@ -8,6 +8,7 @@ says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import traceback
@@ -74,7 +75,7 @@ class Job:
     def name(self) -> str:
         return ",".join(o for o in self.overrides if _key(o) != "experiment") or "defaults"
 
-    @property
+    @functools.cached_property
     def variant(self) -> str:
         """The swept choices of this job other than the seed, e.g. ``qkv_sharing=qk_shared``."""
         swept = None

@@ -30,7 +30,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ablate.cli import CONF_DIR
-from ablate.lit import make_optimizer, masked_loss, warmup_cosine
+from ablate.lit import make_optimizer, train_step, warmup_cosine
 from ablate.run import _quiet_lightning, build, make_trainer
 
 YARDSTICK = ["task=lm", "task.seq_len=128", "task.batch_size=32", "model.d_model=128", "model.n_layers=4",
@@ -51,13 +51,9 @@ def plain_loop(model: torch.nn.Module, loader: Any, cfg: Any, steps: int) -> lis
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(
         s, cfg.optim.warmup_steps, cfg.trainer.max_steps, cfg.optim.min_lr_ratio))
     starts = []
-    for _, (tokens, targets) in zip(range(steps), loader):
+    for _, batch in zip(range(steps), loader):
         starts.append(time.perf_counter())
-        optimizer.zero_grad(set_to_none=True)
-        loss = masked_loss(model(tokens), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.gradient_clip_val)
-        optimizer.step()
+        train_step(model, optimizer, batch, cfg.trainer.gradient_clip_val)
         schedule.step()
     starts.append(time.perf_counter())
     return starts
