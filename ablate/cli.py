@@ -1,7 +1,7 @@
 """Console entry point ``ablate``: Hydra composes the config from ``conf/``, one job trains.
 
 ``ablate`` runs the defaults once; ``ablate -m key=a,b seed=0,1,2`` sweeps; ``ablate -m
-experiment=NAME`` runs a named ablation from ``experiments/`` (``conf/experiment`` links there).
+experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``experiments/``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from omegaconf import DictConfig
 
 from ablate.config import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO_ROOT / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")

@@ -51,3 +51,29 @@ def tiny() -> list[str]:
     """Overrides for a tiny, fast model."""
     return ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
             "measure.warmup_steps=2"]
+
+
+# ---------------------------------------------------------------------------- the built-in options
+import ablate  # noqa: E402
+from ablate.components import import_target  # noqa: E402
+
+CONF = Path(ablate.__file__).resolve().parent / "conf"
+
+
+def builtin_options(group: str) -> list[str]:
+    """The built-in options of a config group (the YAML files of ``ablate/conf/<group>``)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def builtin_node(group: str, name: str, **overrides) -> dict:
+    """An option's YAML as a plain dict (interpolations dropped), with ``overrides`` on top."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{name}.yaml"), resolve=False)
+    node = {k: v for k, v in node.items() if not (isinstance(v, str) and v.startswith("${"))}
+    return {**node, **overrides}
+
+
+def builtin_target(group: str, name: str):
+    """The class (or function) that implements a built-in option."""
+    return import_target(builtin_node(group, name)["_target_"])

@@ -12,7 +12,34 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ablate.data import TASKS, AblateDataModule, task_problems
+from conftest import builtin_node, builtin_options, builtin_target
+
+from ablate.components import ComponentError, resolve
+from ablate.data import AblateDataModule, check
+
+GLUE_NAMES = {"cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli", "stsb", "glue"}
+
+
+def node(cfg: dict) -> dict:
+    """A task node named the short way (``{"name": "sort", ...}``) with its built-in ``_target_``."""
+    cfg = OmegaConf.to_container(OmegaConf.create(dict(cfg)))
+    if "_target_" in cfg:
+        return cfg
+    option = "glue" if cfg.get("name") in GLUE_NAMES else cfg.get("name")
+    if option in builtin_options("task"):
+        return {"_target_": builtin_node("task", option)["_target_"], **cfg}
+    return {"_target_": f"ablate.data.{option}", **cfg}
+
+
+def task_problems(cfg: dict) -> list[str]:
+    try:
+        return check(*resolve("task", node(cfg)))
+    except ComponentError as error:
+        return [str(error)]
+
+
+def datamodule(cfg: dict, seed: int = 0) -> AblateDataModule:
+    return AblateDataModule(node(cfg), seed=seed)
 from ablate.data.files import CLS, PAD, SEP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +52,7 @@ def dm_for(name, seed=0, **kw):
     cfg.name = name
     for k, v in kw.items():
         cfg[k] = v
-    dm = AblateDataModule(cfg, seed=seed)
+    dm = datamodule(cfg, seed=seed)
     dm.setup("fit")
     return dm
 
@@ -58,7 +85,7 @@ def reference(name, xs):
 
 @pytest.mark.parametrize("name", DIGITS)
 def test_digit_targets(name):
-    cls = TASKS[name]
+    cls = builtin_target("task", name)
     x, y = EXAMPLES[name]
     assert cls.target(torch.tensor([x])).tolist() == [y]
     # the generated batches follow the definition, at the train and at an eval length
@@ -73,7 +100,7 @@ def test_digit_targets(name):
 
 
 def test_swap_odd_length_keeps_middle():
-    assert TASKS["swap"].target(torch.tensor([[1, 2, 3, 4, 5]])).tolist() == [[4, 5, 3, 1, 2]]
+    assert builtin_target("task", "swap").target(torch.tensor([[1, 2, 3, 4, 5]])).tolist() == [[4, 5, 3, 1, 2]]
 
 
 # ---------------------------------------------------------------------------- determinism
@@ -92,12 +119,12 @@ def test_same_seed_same_batches_other_seed_other(name):
 
 def test_restart_determinism_in_new_process():
     code = ("import sys; from itertools import islice; from ablate.data import build_task;"
-            "t = build_task({'name': 'sort', 'seq_len': 12, 'batch_size': 4});"
+            "t = build_task({'_target_': 'ablate.data.digits.Sort', 'seq_len': 12, 'batch_size': 4});"
             "print([x.tolist() for x, _ in islice(t.train_batches(7), 3)]);"
             "assert 'pytorch_lightning' not in sys.modules")  # configs check without Lightning
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
-    dm = AblateDataModule({"name": "sort", "seq_len": 12, "batch_size": 4}, seed=7)
+    dm = datamodule({"name": "sort", "seq_len": 12, "batch_size": 4}, seed=7)
     dm.setup()
     assert out == str([x.tolist() for x, _ in take(dm, 3)])
 
@@ -231,9 +258,9 @@ def test_classify_causal_labels_last_real_token():
 
 def test_classify_missing_or_bad_path():
     with pytest.raises(ValueError, match=r"task\.path is required"):
-        AblateDataModule({"name": "classify", "seq_len": 16}, seed=0)
+        datamodule({"name": "classify", "seq_len": 16}, seed=0)
     with pytest.raises(ValueError, match=r"task\.path='/no/such/dir' does not exist"):
-        AblateDataModule({"name": "classify", "seq_len": 16, "path": "/no/such/dir"}, seed=0)
+        datamodule({"name": "classify", "seq_len": 16, "path": "/no/such/dir"}, seed=0)
     probs = task_problems({"name": "classify", "seq_len": 16, "path": str(FIX / "tagging")})
     assert any("train.tsv" in p for p in probs)
 
@@ -293,7 +320,7 @@ def test_glue_through_datasets_library(monkeypatch):
                 "validation": Split(sentence=["great", "awful"], label=[1, 0])}
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    dm = AblateDataModule({"name": "sst2", "seq_len": 8, "batch_size": 2}, seed=0)
+    dm = datamodule({"name": "sst2", "seq_len": 8, "batch_size": 2}, seed=0)
     dm.prepare_data()
     dm.setup()
     assert calls == [("nyu-mll/glue", "sst2")]
@@ -304,14 +331,14 @@ def test_glue_through_datasets_library(monkeypatch):
 def test_glue_without_datasets_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(ValueError, match=r"pip install -e '\.\[glue\]'"):
-        AblateDataModule({"name": "rte", "seq_len": 8}, seed=0)
+        datamodule({"name": "rte", "seq_len": 8}, seed=0)
 
 
 def test_glue_names(tmp_path):
     for n in ["cola", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte", "wnli"]:
-        assert n in TASKS and not [p for p in task_problems({"name": n, "seq_len": 64}) if "datasets" not in p]
+        assert not [p for p in task_problems({"name": n, "seq_len": 64}) if "datasets" not in p]
     assert "regression" in task_problems({"name": "stsb"})[0]
-    assert "task.name=sst2" in task_problems({"name": "glue"})[0]
+    assert "task.name='glue' is not a GLUE task; valid: cola, sst2" in task_problems({"name": "glue"})[0]
 
 
 # ---------------------------------------------------------------------------- tagging
@@ -336,14 +363,14 @@ def test_tagging_errors(tmp_path):
     (tmp_path / "train.txt").write_text("a b\tX Y\nc d e\tX Y\n")
     (tmp_path / "dev.txt").write_text("a\tX\n")
     with pytest.raises(ValueError, match=r"train\.txt, line 2: 3 input tokens but 2 target"):
-        AblateDataModule({"name": "tagging", "seq_len": 8, "path": str(tmp_path)}, seed=0)
+        datamodule({"name": "tagging", "seq_len": 8, "path": str(tmp_path)}, seed=0)
     (tmp_path / "train.txt").write_text("a b\tX Y\nno tab here\n")
     with pytest.raises(ValueError, match=r"train\.txt, line 2: no tab"):
-        AblateDataModule({"name": "tagging", "seq_len": 8, "path": str(tmp_path)}, seed=0)
+        datamodule({"name": "tagging", "seq_len": 8, "path": str(tmp_path)}, seed=0)
     with pytest.raises(ValueError, match=r"task\.path is required for task 'tagging'"):
-        AblateDataModule({"name": "tagging", "seq_len": 8}, seed=0)
+        datamodule({"name": "tagging", "seq_len": 8}, seed=0)
     with pytest.raises(ValueError, match=r"task\.path='/no/where' does not exist"):
-        AblateDataModule({"name": "tagging", "seq_len": 8, "path": "/no/where"}, seed=0)
+        datamodule({"name": "tagging", "seq_len": 8, "path": "/no/where"}, seed=0)
 
 
 # ---------------------------------------------------------------------------- configs
@@ -352,12 +379,12 @@ def test_every_yaml_loads_and_is_registered():
     assert {f.stem for f in files} >= set(DIGITS) | {"recall", "lm", "classify", "tagging", "glue"}
     for f in files:
         cfg = OmegaConf.load(f)
-        assert cfg.name in TASKS, f
+        target = builtin_target("task", f.stem)
         for key in ("seq_len", "eval_lengths", "batch_size", "causal"):
             assert key in cfg, (f, key)
         assert list(cfg.eval_lengths) == []
         probs = task_problems(cfg)
-        if TASKS[cfg.name].path_required:
+        if target.path_required:
             assert probs and all("task.path is required" in p for p in probs), (f, probs)
         elif f.stem == "glue":  # downloads through `datasets` (an optional extra) unless task.path is set
             assert all("pip install -e '.[glue]'" in p for p in probs), (f, probs)
@@ -369,19 +396,19 @@ def test_every_yaml_loads_and_is_registered():
 
 
 def test_task_problems():
-    assert "valid choices" in task_problems({"name": "nope"})[0]
+    assert "cannot be imported" in task_problems({"name": "nope"})[0]
     probs = task_problems({"name": "reverse", "seq_len": 0, "batch_size": -1, "colour": 1})
     assert any("task.seq_len" in p for p in probs)
     assert any("task.batch_size" in p for p in probs)
-    assert any("task.colour" in p and "valid keys" in p for p in probs)
+    assert any("task.colour" in p and "not a setting" in p for p in probs)
     probs = task_problems({"name": "copy", "seq_len": 16, "eval_lengths": [32, 8]})
     assert len(probs) == 1 and "8" in probs[0] and "shorter" in probs[0]
     assert task_problems({"name": "copy", "seq_len": 16, "eval_lengths": [32, 64]}) == []
     assert any("causal" in p for p in task_problems({"name": "lm", "seq_len": 8, "causal": False}))
-    with pytest.raises(ValueError, match="valid choices"):
-        AblateDataModule({"name": "nope"}, seed=0)
+    with pytest.raises(ValueError, match="cannot be imported"):
+        datamodule({"name": "nope"}, seed=0)
     with pytest.raises(ValueError, match="task.seq_len"):
-        AblateDataModule({"name": "sort", "seq_len": -3}, seed=0)
+        datamodule({"name": "sort", "seq_len": -3}, seed=0)
 
 
 # ---------------------------------------------------------------------------- lightning
@@ -410,7 +437,7 @@ def test_lightning_fit_and_validate():
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    dm = AblateDataModule({"name": "sub", "seq_len": 8, "eval_lengths": [12], "batch_size": 8,
+    dm = datamodule({"name": "sub", "seq_len": 8, "eval_lengths": [12], "batch_size": 8,
                            "n_test": 16}, seed=0)
     model = Tiny(dm.vocab_size, dm.n_classes)
     trainer = pl.Trainer(max_steps=6, val_check_interval=3, logger=False, enable_checkpointing=False,

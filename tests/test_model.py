@@ -10,12 +10,15 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from ablate.model import ATTENTIONS, FFNS, INITS, NORMS, PLACEMENTS, POSITIONS, build_model
+from conftest import builtin_node, builtin_options, builtin_target
+
+from ablate.model import build_model
+from ablate.model.norms import PLACEMENTS
 from ablate.model.attention import attention_mask
 from ablate.model.positions import RoPE, XPos, alibi_slopes, t5_bucket
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = {"qkv_sharing": ATTENTIONS, "pos_enc": POSITIONS, "norm": NORMS, "ffn": FFNS, "init": INITS}
+GROUPS = {g: builtin_options(g) for g in ("qkv_sharing", "pos_enc", "norm", "ffn", "init")}
 VOCAB = 11
 
 
@@ -30,18 +33,21 @@ def _one_thread():
 
 def make_cfg(d_model: int = 32, n_heads: int = 4, n_layers: int = 2, causal: bool = True,
              dropout: float = 0.0, bias: bool = True, **groups) -> dict:
-    """A root config as a plain dict; a group given as a string is ``{"name": it}``."""
+    """A root config as a plain dict; a group given as a string is that built-in option's YAML,
+    one given as a dict with a built-in ``name`` that YAML with the dict's keys on top."""
     cfg = {
         "model": dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
                       dropout=dropout, bias=bias),
-        "qkv_sharing": {"name": "independent"},
-        "pos_enc": {"name": "rope"},
-        "norm": {"name": "layernorm", "placement": "pre"},
-        "ffn": {"name": "gelu"},
-        "init": {"name": "normal"},
+        "qkv_sharing": "independent", "pos_enc": "rope", "norm": {"name": "layernorm", "placement": "pre"},
+        "ffn": "gelu", "init": "normal", **groups,
     }
-    for group, value in groups.items():
-        cfg[group] = {"name": value} if isinstance(value, str) else value
+    for group in GROUPS:
+        value = cfg[group]
+        if isinstance(value, str):
+            value = {"name": value}
+        if "_target_" not in value and value.get("name") in GROUPS[group]:
+            value = builtin_node(group, **value)
+        cfg[group] = value
     return cfg
 
 
@@ -55,16 +61,10 @@ def build(max_len: int = 16, pad_id: int | None = None, n_outputs: int = 7, **kw
 YAMLS = sorted((g, p) for g in GROUPS for p in (CONF / g).glob("*.yaml"))
 
 
-def test_every_group_has_yamls_for_its_registry():
-    for group, registry in GROUPS.items():
-        names = {OmegaConf.load(p).name for p in (CONF / group).glob("*.yaml")}
-        assert names == set(registry), group
-
-
 @pytest.mark.parametrize("group,path", YAMLS, ids=[f"{g}/{p.stem}" for g, p in YAMLS])
-def test_yaml_loads_names_a_registry_entry_and_builds(group, path):
+def test_yaml_names_its_class_and_builds(group, path):
     node = OmegaConf.load(path)
-    assert node.name == path.stem and node.name in GROUPS[group]
+    assert node.name == path.stem and node._target_.startswith("ablate.model.")
     root = OmegaConf.create({**make_cfg(), "task": {"seq_len": 12}})
     root[group] = node
     model = build_model(root, VOCAB, 5, 12, None)
@@ -72,9 +72,9 @@ def test_yaml_loads_names_a_registry_entry_and_builds(group, path):
     assert out.shape == (2, 12, 5) and torch.isfinite(out).all()
 
 
-def test_unknown_name_lists_choices():
-    with pytest.raises(ValueError, match="qkv_sharing='nope'.*independent"):
-        build(qkv_sharing="nope")
+def test_unknown_target_names_the_import_path():
+    with pytest.raises(ValueError, match="qkv_sharing._target_='ablate.model.attention.Nope' cannot be imported"):
+        build(qkv_sharing={"_target_": "ablate.model.attention.Nope"})
 
 
 # ------------------------------------------------------------- every entry runs, both ways
@@ -103,7 +103,7 @@ def test_every_norm_placement_runs(norm, placement):
 
 # ------------------------------------------------------------------------------ causality
 
-CAUSAL_CASES = [(p, a, False) for p in POSITIONS for a in ATTENTIONS] + [
+CAUSAL_CASES = [(p, a, False) for p in GROUPS["pos_enc"] for a in GROUPS["qkv_sharing"]] + [
     (p, a, True) for p in ("rope", "alibi") for a in ("qk_shared", "qkv_shared")]
 
 
@@ -173,7 +173,7 @@ def test_rope_keeps_shared_qk_one_tensor():
 @pytest.mark.parametrize("name", ["rope", "xpos"])
 def test_rotary_rejects_odd_head_dim(name):
     with pytest.raises(ValueError, match="head dimension d_model/n_heads=3 must be even"):
-        POSITIONS[name](d_model=12, n_heads=4, causal=True, max_len=8)
+        builtin_target("pos_enc", name)(d_model=12, n_heads=4, causal=True, max_len=8)
 
 
 def test_alibi_slopes_follow_the_paper():
@@ -254,10 +254,10 @@ QKV_PARAMS = {  # weights only; biases: + qkv rows + d
 }
 
 
-@pytest.mark.parametrize("name", list(ATTENTIONS))
+@pytest.mark.parametrize("name", list(GROUPS["qkv_sharing"]))
 @pytest.mark.parametrize("bias", [False, True])
 def test_attention_parameter_counts(name, bias):
-    attn = ATTENTIONS[name](D, H, bias=bias)
+    attn = builtin_target("qkv_sharing", name)(D, H, bias=bias)
     n = sum(p.numel() for p in attn.parameters())
     expected = QKV_PARAMS[name] + (attn.qkv.out_features + D if bias else 0)
     assert n == expected
@@ -265,26 +265,26 @@ def test_attention_parameter_counts(name, bias):
 
 
 def test_attention_parameter_ordering():
-    n = {k: sum(p.numel() for p in ATTENTIONS[k](D, H).parameters()) for k in ATTENTIONS}
+    n = {k: sum(p.numel() for p in builtin_target("qkv_sharing", k)(D, H).parameters()) for k in GROUPS["qkv_sharing"]}
     assert n["qkv_shared"] < n["qk_shared"] < n["independent"]
     assert n["mqa"] < n["gqa"] < n["independent"]
 
 
 def test_shared_projections_are_the_same_tensor():
     x = torch.randn(2, 5, D)
-    q, k, v = ATTENTIONS["qk_shared"](D, H).project(x)
+    q, k, v = builtin_target("qkv_sharing", "qk_shared")(D, H).project(x)
     assert q is k and v is not q
-    q, k, v = ATTENTIONS["qkv_shared"](D, H).project(x)
+    q, k, v = builtin_target("qkv_sharing", "qkv_shared")(D, H).project(x)
     assert q is k is v
-    q, k, v = ATTENTIONS["kv_shared"](D, H).project(x)
+    q, k, v = builtin_target("qkv_sharing", "kv_shared")(D, H).project(x)
     assert k is v and q is not k
-    q, k, v = ATTENTIONS["gqa"](D, H, kv_heads=2).project(x)
+    q, k, v = builtin_target("qkv_sharing", "gqa")(D, H, kv_heads=2).project(x)
     assert q.shape[1] == H and k.shape[1] == v.shape[1] == 2
 
 
 def test_gqa_rejects_non_dividing_groups():
     with pytest.raises(ValueError, match="kv_heads=3.*n_heads=8"):
-        ATTENTIONS["gqa"](D, H, kv_heads=3)
+        builtin_target("qkv_sharing", "gqa")(D, H, kv_heads=3)
 
 
 def test_mask_self_mask_structure():
@@ -300,8 +300,8 @@ def test_mask_self_mask_structure():
 @pytest.mark.parametrize("causal", [False, True])
 def test_mask_self_excludes_the_diagonal(causal):
     torch.manual_seed(0)
-    attn = ATTENTIONS["qk_shared"](D, H, mask_self=True)
-    pos = POSITIONS["none"](D, H, causal, 16)
+    attn = builtin_target("qkv_sharing", "qk_shared")(D, H, mask_self=True)
+    pos = builtin_target("pos_enc", "none")(D, H, causal, 16)
     x = torch.randn(2, 6, D)
     mask, is_causal = attention_mask(6, x.device, causal=causal, mask_self=True)
     out = attn(x, pos, mask, is_causal)
@@ -321,8 +321,8 @@ def test_mask_self_excludes_the_diagonal(causal):
 @pytest.mark.parametrize("name", ["mqa", "gqa"])
 def test_grouped_attention_masked_and_fast_paths_agree(name):
     torch.manual_seed(0)
-    attn = ATTENTIONS[name](D, H)
-    pos = POSITIONS["none"](D, H, True, 16)
+    attn = builtin_target("qkv_sharing", name)(D, H)
+    pos = builtin_target("pos_enc", "none")(D, H, True, 16)
     x = torch.randn(2, 6, D)
     fast = attn(x, pos, None, True)
     mask, _ = attention_mask(6, x.device, causal=True, bias=torch.zeros(H, 6, 6))
@@ -384,9 +384,9 @@ def test_deepnorm_scales_the_residual():
 
 def test_rmsnorm_and_scalenorm_formulas():
     x = torch.randn(3, D)
-    rms = NORMS["rmsnorm"](D, eps=0.0)(x)
+    rms = builtin_target("norm", "rmsnorm")(D, eps=0.0)(x)
     torch.testing.assert_close(rms, x / x.pow(2).mean(-1, keepdim=True).sqrt())
-    sn = NORMS["scalenorm"](D)(x)
+    sn = builtin_target("norm", "scalenorm")(D)(x)
     torch.testing.assert_close(sn, math.sqrt(D) * x / x.norm(dim=-1, keepdim=True))
 
 
@@ -399,16 +399,16 @@ def _n(module: torch.nn.Module) -> int:
 @pytest.mark.parametrize("name", ["glu", "reglu", "geglu", "swiglu", "bilinear"])
 @pytest.mark.parametrize("d", [32, 48, 100])
 def test_gated_ffn_matches_plain_parameter_count(name, d):
-    plain = _n(FFNS["relu"](d, mult=4, bias=True))
-    gated = _n(FFNS[name](d, mult=4, bias=True, match_params=True))
+    plain = _n(builtin_target("ffn", "relu")(d, mult=4, bias=True))
+    gated = _n(builtin_target("ffn", name)(d, mult=4, bias=True, match_params=True))
     assert abs(gated - plain) / plain < 0.01
-    wide = FFNS[name](d, mult=4, match_params=False)
+    wide = builtin_target("ffn", name)(d, mult=4, match_params=False)
     assert wide.hidden == 4 * d
 
 
 def test_swiglu_formula():
     torch.manual_seed(0)
-    ffn = FFNS["swiglu"](16, mult=3, bias=False)
+    ffn = builtin_target("ffn", "swiglu")(16, mult=3, bias=False)
     x = torch.randn(4, 16)
     w, v = ffn.fc.weight.chunk(2, dim=0)
     torch.testing.assert_close(ffn(x), (F.silu(x @ w.T) * (x @ v.T)) @ ffn.out_proj.weight.T)

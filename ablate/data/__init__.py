@@ -1,9 +1,10 @@
-"""Tasks and the LightningDataModule (DESIGN §3).
+"""Tasks and the LightningDataModule.
 
-``TASKS`` maps every task name (``task.name``) to its class; a YAML ``conf/task/<x>.yaml`` holds
-``name`` plus the constructor keywords of that class. ``AblateDataModule(task_cfg, seed)`` is
-what training uses; ``task_problems(task_cfg)`` lists what is wrong with a task config without
-reading any data (used by ``ablate.config.validate``).
+A task YAML ``conf/task/<x>.yaml`` names its class by ``_target_`` (a subclass of :class:`Task`,
+whose docstring states the contract) and holds its constructor's keywords. ``build_task(node)``
+makes one; ``check(target, settings)`` lists what is wrong with a task config without reading
+any data (``ablate.config`` runs it before training); ``AblateDataModule(task_cfg, seed)`` is
+what training uses.
 
 Every batch is ``(tokens, targets)``: LongTensors ``(B, T)``, ``targets == -100`` where nothing
 is predicted.
@@ -13,15 +14,14 @@ is predicted.
 
 from typing import TYPE_CHECKING, Any
 
-from .base import IGNORE, Task
-from .registry import TASKS, build_task, task_config, task_problems
+from .base import IGNORE, SyntheticTask, Task, build_task, check
 from .text import DEFAULT_CORPUS_MODULES
 
 if TYPE_CHECKING:
     from .datamodule import AblateDataModule
 
-__all__ = ["TASKS", "AblateDataModule", "task_problems", "build_task", "task_config", "Task",
-           "IGNORE", "DEFAULT_CORPUS_MODULES"]
+__all__ = ["AblateDataModule", "build_task", "check", "Task", "SyntheticTask", "IGNORE",
+           "DEFAULT_CORPUS_MODULES"]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,6 @@ process with the same seed sees the same batches.
 
 from __future__ import annotations
 
-import inspect
 import zlib
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -64,9 +63,15 @@ def _is_int(x: Any) -> bool:
 
 
 class Task:
-    """Interface of a task. Subclasses set the class attributes and implement the methods.
+    """The contract of a ``task`` option (built-in or your own subclass, named by ``_target_``).
 
-    Constructor keywords are exactly the YAML keys of the task (besides ``name``).
+    Built as ``cls(**settings)`` (the YAML's keys but ``_target_`` and ``name``), in every job,
+    before the model: set ``vocab_size``, ``n_classes`` (the per-token head size) and ``pad_id``
+    there; ``metric`` names the headline accuracy. Implement ``train_batches`` (an unbounded
+    seeded stream) and ``eval_batches`` (fixed held-out batches per length), both yielding
+    ``(tokens, targets)`` LongTensors (B, T) with ``targets == -100`` where nothing is predicted;
+    heavy loading goes into ``_setup``. ``problems(settings)`` reports bad settings without
+    reading data. ``check`` verifies all but the data before training.
     """
 
     name: ClassVar[str] = ""
@@ -119,23 +124,11 @@ class Task:
 
     # ---- checks ------------------------------------------------------------------------
     @classmethod
-    def keys(cls) -> list[str]:
-        """The config keys this task accepts (its constructor's keywords)."""
-        sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
-
-    @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        """Human-readable problems of the config ``cfg`` (without ``name``); empty if fine."""
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        """Human-readable problems of the settings ``cfg`` beyond their types (which
+        ``ablate.components`` checks from the constructor's signature); empty if fine. Cheap:
+        reads no data."""
         out: list[str] = []
-        valid = cls.keys()
-        for k in cfg:
-            if k not in valid:
-                out.append(f"task.{k} is not a key of task {cls.name!r}; valid keys: {', '.join(valid)}")
-        sig = inspect.signature(cls.__init__)
-        for p in sig.parameters.values():
-            if p.name != "self" and p.default is inspect.Parameter.empty and p.name not in cfg:
-                out.append(f"task.{p.name} is required for task {cls.name!r}")
         seq_len = cfg.get("seq_len")
         if "seq_len" in cfg and not (_is_int(seq_len) and seq_len > 0):
             out.append(f"task.seq_len must be a positive integer, got {seq_len!r}")
@@ -201,3 +194,27 @@ class RowsStream:
                 buf = torch.cat([buf, torch.randperm(self.n, generator=self.g)])
             idx, buf = buf[: self.batch_size], buf[self.batch_size:]
             yield idx
+
+
+def check(target: Any, settings: dict, context: Any = None) -> list[str]:
+    """Every way ``target`` breaks the task contract, without building it (which reads data)."""
+    from ablate.components import merge_problems, own_problems, qualname, settings_problems
+
+    if not (isinstance(target, type) and issubclass(target, Task)):
+        return [f"task: {qualname(target)} must be a subclass of ablate.data.Task"]
+    return merge_problems(settings_problems("task", target, settings), own_problems("task", target, settings, context))
+
+
+def build_task(node: Any) -> Task:
+    """The task of a ``task`` config node (``DictConfig`` or mapping); raises ``ValueError``
+    listing every problem."""
+    from omegaconf import OmegaConf
+
+    from ablate.components import resolve
+
+    node = OmegaConf.to_container(OmegaConf.create(dict(node)), resolve=True)
+    target, settings = resolve("task", node)
+    problems = check(target, settings)
+    if problems:
+        raise ValueError("invalid task config:\n  " + "\n  ".join(problems))
+    return target(**settings)

@@ -8,8 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .base import Batch, Task
-from .registry import build_task
+from .base import Batch, Task, build_task
 
 
 def _identity(batch):
@@ -49,7 +48,7 @@ class FixedBatches(Dataset):
 
 
 class AblateDataModule(pl.LightningDataModule):
-    """Data of any task in ``ablate.data.TASKS``, built from ``task_cfg`` (the ``task`` node).
+    """Data of any task, built from ``task_cfg`` (the ``task`` node).
 
     Known after construction (so the model can be built): ``vocab_size``, ``n_classes``
     (per-token head size), ``pad_id`` (``None`` for fixed-length tasks; padding is on the

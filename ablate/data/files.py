@@ -39,7 +39,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -305,8 +305,8 @@ class ClassificationTask(FileTask):
                                      self.causal, self._source(split))
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        out = super().problems(cfg, context)
         lengths = [cfg.get("seq_len")] + list(cfg.get("eval_lengths") or [])
         if all(_is_int(x) and x > 0 for x in lengths) and min(lengths) < 4:
             out.append(f"task.seq_len={cfg.get('seq_len')} is too short for classification: "
@@ -348,8 +348,8 @@ class Classify(ClassificationTask):
         return self._train_rows if split == "train" else self._read(split)
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        out = super().problems(cfg, context)
         tf, df = cfg.get("train_file", "train.tsv"), cfg.get("dev_file", "dev.tsv")
         return out + _dir_problems(cls.name, cfg.get("path"), [tf, df], cls.what(tf, df))
 
@@ -430,7 +430,7 @@ class Tagging(FileTask):
         return _TagRows(torch.from_numpy(x), torch.from_numpy(y))
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        out = super().problems(cfg, context)
         tf, df = cfg.get("train_file", "train.txt"), cfg.get("dev_file", "dev.txt")
         return out + _dir_problems(cls.name, cfg.get("path"), [tf, df], cls.what(tf, df))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 from .base import Task
 from .files import ClassificationTask, _dir_problems, read_glue_tsv
@@ -66,9 +67,13 @@ def _import_datasets():
 
 
 class GlueTask(ClassificationTask):
-    """Base of the GLUE tasks; each subclass sets ``name`` to its GLUE name."""
+    """GLUE (Wang et al., 2019): ``GlueTask(name="sst2", ...)`` builds the class of that GLUE task
+    (``GLUE_CLASSES``), each of which sets ``name`` to its GLUE name."""
 
-    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+    def __new__(cls, name: str = "sst2", *args: Any, **kwargs: Any) -> "GlueTask":
+        return super().__new__(GLUE_CLASSES[name] if cls is GlueTask else cls)
+
+    def __init__(self, name: str = "sst2", seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
                  causal: bool = False, path: str | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.n_classes = GLUE_TASKS[self.name]
@@ -127,8 +132,15 @@ class GlueTask(ClassificationTask):
                 for i in range(len(labels)) if int(labels[i]) >= 0]
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        if cls is GlueTask:
+            name = cfg.get("name", "sst2")
+            if name in UNSUPPORTED:
+                return [f"task.name={name!r}: {UNSUPPORTED[name]}; valid: {', '.join(GLUE_TASKS)}"]
+            if name not in GLUE_CLASSES:
+                return [f"task.name={name!r} is not a GLUE task; valid: {', '.join(GLUE_TASKS)}"]
+            return GLUE_CLASSES[name].problems(cfg, context)
+        out = super().problems(cfg, context)
         if cfg.get("path") is not None:
             out += _dir_problems(cls.name, cfg["path"], cls.local_files(), cls.what())
         elif not _datasets_available():

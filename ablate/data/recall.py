@@ -17,6 +17,8 @@ other position with ``-100``. A longer evaluation length holds more pairs, so
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .base import IGNORE, Batch, SyntheticTask, _is_int
@@ -56,8 +58,8 @@ class Recall(SyntheticTask):
         return tokens, targets
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        out = super().problems(cfg, context)
         for k in ("n_keys", "n_values", "n_queries"):
             v = cfg.get(k, 1)
             if not (_is_int(v) and v > 0):

@@ -20,6 +20,8 @@ held-out part, at each evaluation length.
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib.util
 import os
 import sysconfig
@@ -138,8 +140,8 @@ class LanguageModel(Task):
                 for i in range(0, k, self.batch_size)]
 
     @classmethod
-    def problems(cls, cfg: dict) -> list[str]:
-        out = super().problems(cfg)
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        out = super().problems(cfg, context)
         path = cfg.get("path")
         if path is not None and not Path(str(path)).expanduser().exists():
             out.append(f"task.path={str(path)!r} does not exist (lm needs a text file or a "

@@ -1,11 +1,9 @@
-"""The model zoo: one registry per architecture choice, assembled by ``build_model``."""
+"""The model zoo: one file per architecture concern, assembled by ``build_model``.
 
-from .attention import ATTENTIONS
-from .ffn import FFNS
-from .init import INITS
-from .norms import NORMS, PLACEMENTS
-from .positions import POSITIONS
-from .transformer import Block, Transformer, build_model
+Each option of a group names its class (or, for ``init``, its function) by ``_target_`` in its
+YAML; each concern's file holds the base class of its contract and a ``check`` of it.
+"""
 
-__all__ = ["ATTENTIONS", "FFNS", "INITS", "NORMS", "PLACEMENTS", "POSITIONS",
-           "Block", "Transformer", "build_model"]
+from .transformer import MODEL_GROUPS, Block, ModelSettings, Transformer, assemble, build_model, option
+
+__all__ = ["MODEL_GROUPS", "Block", "ModelSettings", "Transformer", "assemble", "build_model", "option"]

@@ -1,10 +1,25 @@
 """Multi-head self-attention, with the six ways of sharing the Q, K, V projections.
 
-Every class is built as ``cls(d_model, n_heads, dropout=0.0, bias=True, mask_self=False,
-**kwargs)`` and owns one fused input projection ``qkv`` (an ``nn.Linear`` whose output
-rows are tagged with ``qkv.roles``: (role, size) pairs, used by ``init.py``) and the output
-projection ``out_proj``. Sharing is real: a shared projection is computed once and the
-same tensor is used in every role, so it saves parameters and matmuls.
+The contract of a ``qkv_sharing`` option (built-in or your own class, named by ``_target_``):
+
+* built as ``cls(d_model, n_heads, dropout=..., bias=..., **settings)`` (``settings``: the other
+  keys of its YAML), one instance per layer;
+* ``forward(x, pos, attn_mask, is_causal) -> (B, T, d_model)`` for ``x`` of shape (B, T, d_model):
+  ``pos`` is the model's position module (call ``q, k = pos.rotate(q, k)`` on (B, H, T, hd)
+  queries and keys); ``attn_mask``/``is_causal`` are SDPA's arguments from ``attention_mask``,
+  built once per forward (the position bias and causal/padding mask, or None and a flag);
+* optional: ``mask_self`` (bool attribute: the model then masks each token's own key), an output
+  projection named ``out_proj`` and a fused input projection whose ``roles`` tag its output rows
+  (both read by the init schemes in ``init.py``), ``problems(settings, context)`` (a classmethod
+  returning what is wrong with its settings for the model in ``context``).
+
+Subclassing :class:`Attention` gives all of that but ``project``. ``check`` verifies the contract
+for any class before training: its settings against its signature, a build and a forward on the
+meta device (no memory, no compute), and the output shape.
+
+The built-in classes own one fused input projection ``qkv`` and the output projection
+``out_proj``. Sharing is real: a shared projection is computed once and the same tensor is used
+in every role, so it saves parameters and matmuls.
 
 =============  ==========================  =========================  ===================
 name           projection                  params (no bias)           source
@@ -23,10 +38,14 @@ forward for all layers, the ``attn_mask`` / ``is_causal`` pair it gets.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+
+from ablate.components import Context, PositiveInt, check_module, shape_problem
 
 
 def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: bool = False,
@@ -74,6 +93,11 @@ class Attention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout, self.mask_self, self.use_bias = dropout, mask_self, bias
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        """What is wrong with ``settings`` for a model of ``context`` (empty when fine)."""
+        return []
 
     def _projection(self, *roles: tuple[str, int]) -> None:
         self.qkv = nn.Linear(self.d_model, sum(size for _, size in roles), bias=self.use_bias)
@@ -167,13 +191,21 @@ class GQA(Attention):
     """Grouped-query attention (Ainslie et al. 2023, §2.2): ``kv_heads`` K/V heads, each
     shared by n_heads / kv_heads query heads."""
 
-    def __init__(self, d_model: int, n_heads: int, kv_heads: int = 2, **kw) -> None:
+    def __init__(self, d_model: int, n_heads: int, kv_heads: PositiveInt = 2, **kw) -> None:
         super().__init__(d_model, n_heads, **kw)
         if kv_heads < 1 or n_heads % kv_heads:
             raise ValueError(f"gqa: kv_heads={kv_heads} must divide n_heads={n_heads}")
         self.kv_heads = kv_heads
         kv = kv_heads * self.head_dim
         self._projection(("q", d_model), ("k", kv), ("v", kv))
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        kv_heads, n = settings.get("kv_heads", 2), context.n_heads
+        if isinstance(kv_heads, int) and kv_heads > 0 and n % kv_heads:
+            valid = ", ".join(str(k) for k in range(1, n + 1) if n % k == 0)
+            return [f"qkv_sharing.kv_heads={kv_heads} must divide model.n_heads={n} (valid: {valid})"]
+        return []
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = self.qkv(x).split(self._sizes, dim=-1)
@@ -188,11 +220,16 @@ class MQA(GQA):
         super().__init__(d_model, n_heads, kv_heads=1, **kw)
 
 
-ATTENTIONS: dict[str, type[Attention]] = {
-    "independent": Independent,
-    "qk_shared": QKShared,
-    "qkv_shared": QKVShared,
-    "kv_shared": KVShared,
-    "mqa": MQA,
-    "gqa": GQA,
-}
+def check(target: Any, settings: Mapping[str, Any], context: Context, dropout: float, bias: bool) -> list[str]:
+    """Every way ``target`` breaks the attention contract for this model (empty when it keeps it)."""
+    from .positions import Position  # the do-nothing position module
+
+    B, T, d = 2, min(context.max_len, 8), context.d_model
+
+    def probe(attn: nn.Module) -> list[str]:
+        pos = Position(d, context.n_heads, context.causal, T)
+        y = attn(torch.empty(B, T, d), pos, None, context.causal)
+        return shape_problem("qkv_sharing", target, "forward(x, pos, attn_mask, is_causal)", y, (B, T, d))
+
+    passed = {"d_model": d, "n_heads": context.n_heads, "dropout": dropout, "bias": bias}
+    return check_module("qkv_sharing", target, settings, passed, context, probe)

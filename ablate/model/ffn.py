@@ -1,6 +1,12 @@
 """Position-wise feed-forward networks (Shazeer 2020, "GLU Variants Improve Transformer").
 
-Every class is built as ``cls(d_model, mult=4, bias=True, match_params=True)``:
+The contract of an ``ffn`` option (built-in or your own class, named by ``_target_``): an
+``nn.Module`` built as ``cls(d_model, **settings)``, one per layer, whose ``forward(x)`` maps
+(B, T, d_model) to (B, T, d_model). Optional: the output projection named ``out_proj`` (the init
+schemes treat it as a residual-branch output), a fused input Linear whose ``roles`` tag its rows,
+and a ``problems(settings, context)`` classmethod. ``check`` verifies the contract before training.
+
+The built-in classes are built as ``cls(d_model, mult=4, bias=True, match_params=True)``:
 
 * plain:  FFN(x) = act(x W1 + b1) W2 + b2, hidden width h = mult·d      (eqs. 1-3)
 * gated:  FFN(x) = (act(x W + b) ⊗ (x V + c)) W2 + b2                   (eqs. 5-6)
@@ -13,12 +19,14 @@ output projection is ``out_proj`` (a residual branch output, see ``init.py``).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+
+from ablate.components import Context, PositiveFloat, check_module, shape_problem
 
 
 class FFN(nn.Module):
@@ -26,7 +34,7 @@ class FFN(nn.Module):
 
     act: Callable[[Tensor], Tensor]
 
-    def __init__(self, d_model: int, mult: float = 4, bias: bool = True, match_params: bool = True) -> None:
+    def __init__(self, d_model: int, mult: PositiveFloat = 4, bias: bool = True, match_params: bool = True) -> None:
         super().__init__()
         self.hidden = int(round(mult * d_model))
         self.fc = nn.Linear(d_model, self.hidden, bias=bias)
@@ -59,7 +67,7 @@ class GatedFFN(nn.Module):
 
     gate: Callable[[Tensor], Tensor]
 
-    def __init__(self, d_model: int, mult: float = 4, bias: bool = True, match_params: bool = True) -> None:
+    def __init__(self, d_model: int, mult: PositiveFloat = 4, bias: bool = True, match_params: bool = True) -> None:
         super().__init__()
         self.hidden = int(round(mult * d_model * (2 / 3 if match_params else 1)))
         self.fc = nn.Linear(d_model, 2 * self.hidden, bias=bias)  # [W | V]
@@ -105,13 +113,11 @@ class Bilinear(GatedFFN):
     gate = staticmethod(_identity)
 
 
-FFNS: dict[str, type[nn.Module]] = {
-    "relu": ReLU,
-    "gelu": GELU,
-    "swish": Swish,
-    "glu": GLU,
-    "reglu": ReGLU,
-    "geglu": GEGLU,
-    "swiglu": SwiGLU,
-    "bilinear": Bilinear,
-}
+def check(target: Any, settings: Mapping[str, Any], context: Context) -> list[str]:
+    """Every way ``target`` breaks the FFN contract for this model (empty when it keeps it)."""
+    B, T, d = 2, 4, context.d_model
+
+    def probe(ffn: nn.Module) -> list[str]:
+        return shape_problem("ffn", target, "forward(x)", ffn(torch.empty(B, T, d)), (B, T, d))
+
+    return check_module("ffn", target, settings, {"d_model": d}, context, probe)

@@ -1,8 +1,10 @@
 """Weight initialisation schemes, applied once to a built ``Transformer``.
 
-``INITS`` maps ``init.name`` to a function ``fn(model, **kwargs)`` (kwargs: the keys of
-``conf/init/<name>.yaml`` besides ``name``). The model must expose ``d_model`` and
-``n_layers``. Conventions the schemes rely on:
+The contract of an ``init`` option (built-in or your own, named by ``_target_``): a function
+(or any callable, see :class:`InitScheme`) called once as ``fn(model, **settings)`` after the
+model is assembled, changing its parameters in place (under ``torch.no_grad``); it returns
+nothing. ``check`` runs it on the model built on the meta device before training. The model
+exposes ``d_model`` and ``n_layers``; conventions the built-in schemes rely on:
 
 * every ``nn.Linear`` is a weight matrix to initialise; a fused one (attention ``qkv``,
   gated FFN ``fc``) tags its output rows with ``roles`` = ((role, size), ...), and each role
@@ -18,11 +20,19 @@ Except ``default``, every scheme zeroes Linear biases and re-draws ``nn.Embeddin
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from ablate.components import PositiveFloat, call_problems, settings_problems
+
+
+class InitScheme(Protocol):
+    """What the assembler calls: ``scheme(model, **settings)``, in place, once."""
+
+    def __call__(self, model: nn.Module, **settings: Any) -> None: ...
 
 
 def weight_blocks(model: nn.Module) -> Iterator[tuple[str, str, Tensor]]:
@@ -60,13 +70,13 @@ def xavier(model: nn.Module) -> None:
     _reset(model, lambda name, role, w: nn.init.xavier_uniform_(w), model.d_model ** -0.5)
 
 
-def normal(model: nn.Module, std: float = 0.02) -> None:
+def normal(model: nn.Module, std: PositiveFloat = 0.02) -> None:
     """Every weight and embedding N(0, 0.02²) (GPT-2: Radford et al. 2019; the value is
     from GPT, Radford et al. 2018, §4.1)."""
     _reset(model, lambda name, role, w: w.normal_(0.0, std), std)
 
 
-def scaled(model: nn.Module, std: float = 0.02) -> None:
+def scaled(model: nn.Module, std: PositiveFloat = 0.02) -> None:
     """GPT-2 (Radford et al. 2019, §2.3): ``normal``, with the residual-branch output
     projections scaled by 1/sqrt(N) for N residual layers, N = 2·n_layers (two residual
     branches per block): std 0.02/sqrt(2·n_layers)."""
@@ -95,19 +105,19 @@ def deepnet(model: nn.Module) -> None:
     _reset(model, weight, model.d_model ** -0.5)
 
 
-def zero_out(model: nn.Module, std: float = 0.02) -> None:
+def zero_out(model: nn.Module, std: PositiveFloat = 0.02) -> None:
     """``normal``, but every residual-branch output projection starts at exactly zero, so
     each block is the identity at initialisation (as in ReZero, Bachlechner et al. 2020,
     and Fixup's zero-initialised last layers, Zhang et al. 2019, §3)."""
     _reset(model, lambda name, role, w: w.zero_() if is_residual_out(name) else w.normal_(0.0, std), std)
 
 
-INITS: dict[str, Callable[..., None]] = {
-    "default": default,
-    "xavier": xavier,
-    "normal": normal,
-    "scaled": scaled,
-    "small_init": small_init,
-    "deepnet": deepnet,
-    "zero_out": zero_out,
-}
+def check(target: Any, settings: Mapping[str, Any], model: nn.Module) -> list[str]:
+    """Every way ``target`` breaks the init contract: its settings, then a call on ``model``
+    (the model built on the meta device, so nothing is computed)."""
+    problems = settings_problems("init", target, settings, {"model": model})
+    if problems:
+        return problems
+    with torch.device("meta"):
+        _, problems = call_problems("init", target, lambda: target(model, **settings))
+    return problems

@@ -1,24 +1,33 @@
 """Normalisation layers and where they sit in a block.
 
-``NORMS`` maps ``norm.name`` to a class built as ``cls(d_model, eps=...)``; ``PLACEMENTS``
-lists the values of ``norm.placement`` (how ``transformer.Block`` wires a sublayer f):
+The contract of a ``norm`` option (built-in or your own class, named by ``_target_``): built as
+``cls(d_model, **settings)`` for every norm of the model (the YAML's keys but ``placement``,
+which belongs to the block); ``forward(x)`` keeps the shape of ``x``; an optional static
+``residual_alpha(n_layers)`` gives the α of post-LN (default 1). Subclass :class:`Norm` for
+those defaults. ``norm.placement`` (one of ``PLACEMENTS``) says how ``transformer.Block`` wires a
+sublayer f:
 
 * ``pre``      x + f(N(x))          Xiong et al. 2020, "On Layer Normalization in the
                                      Transformer Architecture", Fig. 1(b) (GPT-2's layout)
 * ``post``     N(α·x + f(x))        Vaswani et al. 2017, §3.1 (α = 1); DeepNet's α > 1
 * ``sandwich`` x + N'(f(N(x)))      Ding et al. 2021, CogView, §2.4 "Sandwich-LN"
 
-A class's ``residual_alpha(n_layers)`` is the α of post-LN (1 except for deepnorm).
+``check`` verifies the contract before training, on the meta device.
 """
 
 from __future__ import annotations
+
+from typing import Any, Literal, Mapping
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-PLACEMENTS: tuple[str, ...] = ("pre", "post", "sandwich")
+from ablate.components import Context, PositiveFloat, check_module, shape_problem, value_problem
+
+Placement = Literal["pre", "post", "sandwich"]
+PLACEMENTS: tuple[str, ...] = Placement.__args__
 
 
 class Norm(nn.Module):
@@ -32,7 +41,7 @@ class Norm(nn.Module):
 class LayerNorm(Norm):
     """Layer normalisation (Ba et al. 2016, eq. 4): γ ⊙ (x - μ) / sqrt(σ² + eps) + β."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: PositiveFloat = 1e-5) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
@@ -46,7 +55,7 @@ class RMSNorm(Norm):
     """Root-mean-square normalisation (Zhang & Sennrich 2019, eq. 4): γ ⊙ x / RMS(x),
     RMS(x) = sqrt(mean(x²) + eps). No centring, no bias."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: PositiveFloat = 1e-5) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
@@ -59,7 +68,7 @@ class ScaleNorm(Norm):
     """ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears", §2.3):
     g · x / ||x|| with one learned scalar g, initialised to sqrt(d)."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: PositiveFloat = 1e-5) -> None:
         super().__init__()
         self.eps = eps
         self.g = nn.Parameter(torch.tensor(d_model ** 0.5))
@@ -79,9 +88,24 @@ class DeepNorm(LayerNorm):
         return (2 * n_layers) ** 0.25
 
 
-NORMS: dict[str, type[Norm]] = {
-    "layernorm": LayerNorm,
-    "rmsnorm": RMSNorm,
-    "scalenorm": ScaleNorm,
-    "deepnorm": DeepNorm,
-}
+def residual_alpha(norm: type, n_layers: int) -> float:
+    """The α of post-LN for a norm class (1 unless it says otherwise, as DeepNorm does)."""
+    alpha = getattr(norm, "residual_alpha", None)
+    return float(alpha(n_layers)) if callable(alpha) else 1.0
+
+
+def check(target: Any, settings: Mapping[str, Any], context: Context, placement: Any) -> list[str]:
+    """Every way ``target`` (at ``placement``) breaks the norm contract (empty when it keeps it)."""
+    problem = value_problem(placement, Placement)
+    if problem:
+        return [f"norm.placement={placement!r} {problem}"]
+    B, T, d = 2, 4, context.d_model
+
+    def probe(norm: nn.Module) -> list[str]:
+        problems = shape_problem("norm", target, "forward(x)", norm(torch.empty(B, T, d)), (B, T, d))
+        if residual_alpha(target, context.n_layers) != 1.0 and placement != "post":
+            problems.append(f"norm={target.__name__.lower()} scales the residual of a post-LN block "
+                            f"(Wang et al. 2022); it needs norm.placement=post, got {placement!r}")
+        return problems
+
+    return check_module("norm", target, settings, {"d_model": d}, context, probe)

@@ -1,25 +1,29 @@
 """Position encodings.
 
-One position module per model, shared by every layer. It acts through three hooks, whose
-defaults do nothing:
+The contract of a ``pos_enc`` option (built-in or your own class, named by ``_target_``): one
+module per model, shared by every layer, built as ``cls(d_model, n_heads, causal, max_len,
+**settings)`` (a ``max_len`` setting replaces the model's), acting through three hooks:
 
-* ``embed(x)``        -- added to the token embeddings (sinusoidal, learned);
-* ``rotate(q, k)``    -- applied to queries and keys of every layer (rope, xpos);
-* ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias (alibi, t5_bias).
+* ``embed(x)``        -- (B, T, d) token embeddings -> (B, T, d) (sinusoidal, learned add to them);
+* ``rotate(q, k)``    -- (B, H, T, hd) queries and keys of every layer -> the same shapes (rope, xpos);
+* ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias, or None (alibi, t5_bias).
 
-Every class takes ``d_model, n_heads, causal, max_len`` plus its own keyword arguments
-(the keys of ``conf/pos_enc/<name>.yaml`` besides ``name``). Tensors derived from the
-sequence length only are cached per (length, device, dtype).
+Subclass :class:`Position`, whose hooks do nothing, and override what your scheme needs; a
+``problems(settings, context)`` classmethod reports settings that cannot work for the model
+(rope's odd head dimension). ``check`` verifies the contract before training, on the meta device.
+Tensors derived from the sequence length only are cached per (length, device, dtype).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from ablate.components import Context, PositiveFloat, PositiveInt, check_module, shape_problem
 
 
 class Position(nn.Module):
@@ -39,6 +43,11 @@ class Position(nn.Module):
 
     def bias(self, q_len: int, k_len: int) -> Tensor | None:
         return None
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        """What is wrong with ``settings`` for a model of ``context`` (empty when fine)."""
+        return []
 
     def _cached(self, key: tuple, make: Callable[[], object]):
         # Built outside inference mode: Lightning validates under torch.inference_mode, and
@@ -62,7 +71,7 @@ class Sinusoidal(Position):
     PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
     Defined for any length. The token embeddings are not rescaled by sqrt(d) (§3.4)."""
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: float = 10000.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: PositiveFloat = 10000.0) -> None:
         super().__init__(d_model, n_heads, causal, max_len)
         self.base = base
 
@@ -86,9 +95,18 @@ class Learned(Position):
     GPT, Radford et al. 2018; BERT, Devlin et al. 2019). It has no entry for positions
     ``>= max_len``, so it cannot run on longer sequences."""
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: PositiveInt) -> None:
         super().__init__(d_model, n_heads, causal, max_len)
         self.table = nn.Embedding(max_len, d_model)
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        size = settings.get("max_len", context.max_len)
+        if isinstance(size, int) and size < context.max_len:
+            return [f"pos_enc=learned has a table of pos_enc.max_len={size} positions but the task runs at "
+                    f"length {context.max_len} (task.seq_len/task.eval_lengths); learned positions cannot "
+                    "extrapolate: raise pos_enc.max_len or pick another pos_enc"]
+        return []
 
     def embed(self, x: Tensor) -> Tensor:
         T = x.shape[1]
@@ -113,12 +131,20 @@ class RoPE(Position):
     rotation up to a fixed permutation of the (learned) projection's output features.
     """
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: float = 10000.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
+                 base: PositiveFloat = 10000.0) -> None:
         super().__init__(d_model, n_heads, causal, max_len)
         if self.head_dim % 2:
             raise ValueError(f"{type(self).__name__}: rotates coordinate pairs, so the head dimension "
                              f"d_model/n_heads={self.head_dim} must be even")
         self.base = base
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        if context.head_dim % 2:
+            return [f"pos_enc={cls.__name__.lower()} needs an even head dimension; model.d_model/model.n_heads "
+                    f"= {context.d_model}/{context.n_heads} = {context.head_dim}"]
+        return []
 
     def angles(self, T: int, device: torch.device) -> Tensor:
         """(T, head_dim) angles m·θ_i, each frequency twice (once per half)."""
@@ -150,7 +176,7 @@ class XPos(RoPE):
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
-                 base: float = 10000.0, scale_base: float = 512.0) -> None:
+                 base: PositiveFloat = 10000.0, scale_base: PositiveFloat = 512.0) -> None:
         super().__init__(d_model, n_heads, causal, max_len, base)
         self.scale_base = scale_base
 
@@ -233,7 +259,7 @@ class T5Bias(Position):
     when the model is not causal (``t5_bucket``)."""
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
-                 num_buckets: int = 32, max_distance: int = 128) -> None:
+                 num_buckets: PositiveInt = 32, max_distance: PositiveInt = 128) -> None:
         super().__init__(d_model, n_heads, causal, max_len)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, n_heads)
@@ -274,13 +300,21 @@ class Kerple(Position):
         return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
 
 
-POSITIONS: dict[str, type[Position]] = {
-    "none": NoPE,
-    "sinusoidal": Sinusoidal,
-    "learned": Learned,
-    "rope": RoPE,
-    "alibi": ALiBi,
-    "t5_bias": T5Bias,
-    "xpos": XPos,
-    "kerple": Kerple,
-}
+def check(target: Any, settings: Mapping[str, Any], context: Context) -> list[str]:
+    """Every way ``target`` breaks the position contract for this model (empty when it keeps it)."""
+    B, T, d, H = 2, min(context.max_len, 8), context.d_model, context.n_heads
+
+    def probe(pos: nn.Module) -> list[str]:
+        q = torch.empty(B, H, T, context.head_dim)
+        problems = shape_problem("pos_enc", target, "embed(x)", pos.embed(torch.empty(B, T, d)), (B, T, d))
+        for name, out in zip("qk", pos.rotate(q, q.clone())):
+            problems += shape_problem("pos_enc", target, f"rotate(q, k)'s {name}", out, tuple(q.shape))
+        bias = pos.bias(T, T)
+        if bias is not None:
+            problems += shape_problem("pos_enc", target, "bias(q_len, k_len)", bias, (H, T, T))
+        return problems
+
+    passed = {"d_model": d, "n_heads": H, "causal": context.causal}
+    if "max_len" not in settings:
+        passed["max_len"] = context.max_len
+    return check_module("pos_enc", target, settings, passed, context, probe)

@@ -10,24 +10,40 @@ layers; the attention mask is built once per forward and reused by every layer.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch.nn as nn
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from .attention import ATTENTIONS, Attention, attention_mask
-from .ffn import FFNS
-from .init import INITS
-from .norms import NORMS, PLACEMENTS
-from .positions import POSITIONS, Position
+from ablate.components import Fraction, PositiveInt, resolve
+
+from .attention import attention_mask
+from .norms import PLACEMENTS, residual_alpha
+from .positions import Position
+
+#: the config groups that name a model component by ``_target_``, in the order they are built
+MODEL_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
+
+
+@dataclass
+class ModelSettings:
+    """The ``model`` node of the config: the shape every variant shares."""
+
+    d_model: PositiveInt
+    n_heads: PositiveInt
+    n_layers: PositiveInt
+    causal: bool
+    dropout: Fraction = 0.0
+    bias: bool = True   # bias in the attention projections and the head
 
 
 class Block(nn.Module):
     """One layer: x -> sublayer(attention) -> sublayer(FFN), wired by ``placement``:
     pre x + f(N(x)); post N(α·x + f(x)); sandwich x + N'(f(N(x)))."""
 
-    def __init__(self, attn: Attention, ffn: nn.Module, norm: Callable[[], nn.Module],
+    def __init__(self, attn: nn.Module, ffn: nn.Module, norm: Callable[[], nn.Module],
                  placement: str, alpha: float = 1.0, dropout: float = 0.0) -> None:
         super().__init__()
         if placement not in PLACEMENTS:
@@ -72,7 +88,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.head = nn.Linear(d_model, n_outputs, bias=bias)
-        self.mask_self = any(b.attn.mask_self for b in blocks)
+        self.mask_self = any(getattr(b.attn, "mask_self", False) for b in blocks)
 
     def mask(self, tokens: Tensor) -> tuple[Tensor | None, bool]:
         """(attn_mask, is_causal) for this batch, shared by all layers."""
@@ -93,58 +109,54 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def _option(cfg: Any, group: str) -> tuple[str, dict[str, Any]]:
-    """(name, kwargs) of a config group, from a DictConfig or a plain mapping."""
+def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
+    """(target, settings) of a config group, from a DictConfig or a plain mapping: its
+    ``_target_`` imported, its other keys (but the label ``name``) as keyword arguments."""
     node = cfg[group]
     if OmegaConf.is_config(node):
         node = OmegaConf.to_container(node, resolve=True)
-    kwargs = dict(node)
-    return kwargs.pop("name"), kwargs
+    return resolve(group, node)
 
 
-def _lookup(registry: Mapping[str, Any], group: str, name: str) -> Any:
-    if name not in registry:
-        raise ValueError(f"{group}={name!r} is unknown; valid choices: {', '.join(registry)}")
-    return registry[name]
-
-
-def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
-                pad_id: int | None = None) -> Transformer:
-    """Assemble and initialise the model described by the root config ``cfg``.
+def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
+    """The model described by the root config ``cfg``, with each module's own initialisation.
 
     Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias}`` and the groups
-    ``qkv_sharing``, ``pos_enc``, ``norm`` (+ ``placement``), ``ffn``, ``init`` (each a
-    ``name`` plus keyword arguments of the registered class). ``max_len``: the longest
-    sequence the model is expected to see; learned positions use it unless ``pos_enc``
-    sets its own ``max_len``.
+    ``qkv_sharing``, ``pos_enc``, ``norm`` (+ ``placement``) and ``ffn``: each a ``_target_``
+    plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
+    expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``.
     """
     m = cfg["model"]
     d, H, L = int(m["d_model"]), int(m["n_heads"]), int(m["n_layers"])
     causal, dropout, bias = bool(m["causal"]), float(m.get("dropout", 0.0)), bool(m.get("bias", True))
 
-    attn_name, attn_kw = _option(cfg, "qkv_sharing")
-    pos_name, pos_kw = _option(cfg, "pos_enc")
-    norm_name, norm_kw = _option(cfg, "norm")
-    ffn_name, ffn_kw = _option(cfg, "ffn")
-    init_name, init_kw = _option(cfg, "init")
-    attn_cls = _lookup(ATTENTIONS, "qkv_sharing", attn_name)
-    ffn_cls = _lookup(FFNS, "ffn", ffn_name)
-    norm_cls = _lookup(NORMS, "norm", norm_name)
+    attn_cls, attn_kw = option(cfg, "qkv_sharing")
+    pos_cls, pos_kw = option(cfg, "pos_enc")
+    norm_cls, norm_kw = option(cfg, "norm")
+    ffn_cls, ffn_kw = option(cfg, "ffn")
     placement = norm_kw.pop("placement", "pre")
-    if norm_cls.residual_alpha(L) != 1.0 and placement != "post":
-        raise ValueError(f"norm={norm_name} scales the residual of a post-LN block "
+    alpha = residual_alpha(norm_cls, L)
+    if alpha != 1.0 and placement != "post":
+        raise ValueError(f"norm={norm_cls.__name__.lower()} scales the residual of a post-LN block "
                          f"(Wang et al. 2022); it needs norm.placement=post, got {placement!r}")
 
-    pos = _lookup(POSITIONS, "pos_enc", pos_name)(
-        **{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
+    pos = pos_cls(**{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
 
     def norm() -> nn.Module:
         return norm_cls(d, **norm_kw)
 
     blocks = [Block(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw), ffn_cls(d, **ffn_kw),
-                    norm, placement, norm_cls.residual_alpha(L), dropout) for _ in range(L)]
-    model = Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_layers=L,
-                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
-                        blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm())
-    _lookup(INITS, "init", init_name)(model, **init_kw)
+                    norm, placement, alpha, dropout) for _ in range(L)]
+    return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_layers=L,
+                       causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
+                       blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm())
+
+
+def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
+                pad_id: int | None = None) -> Transformer:
+    """Assemble the model described by ``cfg`` and apply its ``init`` scheme: the one place a
+    model is made from a config."""
+    model = assemble(cfg, vocab_size, n_outputs, max_len, pad_id)
+    init, settings = option(cfg, "init")
+    init(model, **settings)
     return model
