@@ -66,7 +66,8 @@ def test_invalid_combinations_are_named() -> None:
         "pos_enc=learned task.eval_lengths=[256]": "cannot extrapolate",
         "optim.lr=0": "optim.lr=0",
         "model.n_layers=-1": "model.n_layers=-1",
-        "qkv_sharing.name=nonsense": "valid: gqa, independent",
+        "qkv_sharing._target_=nonsense.Attention": "qkv_sharing._target_='nonsense.Attention' cannot be imported",
+        "model.d_model=16.9": r"model.d_model=16.9 must be an integer > 0",
     }
     for overrides, message in cases.items():
         with pytest.raises(ConfigError, match=message):
