@@ -1,5 +1,7 @@
 """Console entry point ``ablate``: Hydra composes the config from ``conf/``, one job trains.
 
+``ablate --list [--config-dir DIR]`` prints every option of every group instead.
+
 ``ablate`` runs the defaults once; ``ablate -m key=a,b seed=0,1,2`` sweeps; ``ablate -m
 experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``experiments/``).
 """
@@ -7,15 +9,13 @@ experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
 from ablate.config import ConfigError
-
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package
+from ablate.paths import CONF_DIR
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
@@ -32,7 +32,24 @@ def _main(cfg: DictConfig) -> Any:
     return record["metrics"].get("accuracy")
 
 
+def _config_dirs(argv: list[str]) -> list[str]:
+    """The values of Hydra's ``--config-dir``/``-cd`` flags in ``argv``."""
+    dirs = []
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.append(argv[i + 1])
+        elif arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+    return dirs
+
+
 def main() -> None:
+    argv = sys.argv[1:]
+    if "--list" in argv:  # every option of every group, built-in and from --config-dir
+        from ablate.catalog import render
+
+        print(render(_config_dirs(argv)))
+        return
     _main()
 
 
