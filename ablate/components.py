@@ -183,6 +183,11 @@ def settings_problems(group: str, target: Any, settings: Mapping[str, Any],
     if not params and not inspect.isclass(target) and not callable(target):
         return [f"{group}: {qualname(target)} is not callable"]
     who = qualname(target)
+    try:
+        inspect.signature(target).bind_partial(**passed)
+    except (TypeError, ValueError) as error:
+        return [f"{group}: {who} does not take the arguments the assembler passes "
+                f"({', '.join(passed) or 'none'}): {error}; see the contract of {group} in docs/extending.md"]
     problems: list[str] = []
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
     named = {n: p for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -195,12 +200,11 @@ def settings_problems(group: str, target: Any, settings: Mapping[str, Any],
     for key, param in named.items():
         if param.default is param.empty and key not in passed and key not in settings:
             problems.append(f"{group}.{key} is required by {who}")
-    try:
-        inspect.signature(target).bind(**passed, **{k: v for k, v in settings.items() if k not in passed})
-    except TypeError as error:
-        if not problems:
-            problems.append(f"{group}: {who} does not take the arguments the assembler passes "
-                            f"({', '.join(passed) or 'none'}) plus its settings: {error}")
+    if not problems:
+        try:
+            inspect.signature(target).bind(**passed, **settings)
+        except TypeError as error:
+            problems.append(f"{group}: {who} cannot take these settings: {error}")
     hints = _hints(target)
     for key, value in settings.items():
         if key in named and key in hints and key not in passed:

@@ -1,4 +1,4 @@
-"""Speed and memory of a training step: the measured quantities of DESIGN.md §2.
+"""Speed and memory of a training step: the measured quantities defined in docs/measurements.md.
 
 Speed
     :class:`SpeedMeter` is a Lightning callback that times every training step of a ``fit``
@@ -120,7 +120,7 @@ def count_input_tokens(batch: Any) -> int:
 
 
 class SpeedMeter(pl.Callback):
-    """Training throughput of a Lightning ``fit``: tokens per second (DESIGN.md §2, *speed*).
+    """Training throughput of a Lightning ``fit``: tokens per second (docs/measurements.md, *speed*).
 
     What one timed interval contains: everything from the end of the last callback's
     ``on_train_batch_start`` to the start of the first callback's ``on_train_batch_end`` —
@@ -337,7 +337,7 @@ def measure_training_memory(model: nn.Module,
                             make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
                             batch: Any, loss_fn: Callable[[nn.Module, Any], Tensor],
                             steps: int = 2) -> dict[str, int]:
-    """Peak live tensor bytes during ``steps`` training steps, by category (DESIGN.md §2, *memory*).
+    """Peak live tensor bytes during ``steps`` training steps, by category (docs/measurements.md, *memory*).
 
     Runs ``steps`` steps — ``zero_grad(set_to_none=True)``, ``loss = loss_fn(model, batch)``,
     ``loss.backward()``, ``optimizer.step()`` — on a deep copy of ``model`` in training mode

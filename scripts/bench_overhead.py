@@ -1,6 +1,6 @@
 """Framework overhead: the same model trained by a plain PyTorch loop and by `ablate`'s Lightning path.
 
-The model is the yardstick of DEVELOPERS.md: a ~0.9M-parameter pre-LN GPT (d 128, 4 layers,
+The model is the project's speed yardstick: a ~0.9M-parameter pre-LN GPT (d 128, 4 layers,
 4 heads, 128 tokens, batch 32, SDPA), built by `ablate` from its config, on the built-in byte-level
 LM task. Both sides use the same model, data stream, optimizer, LR schedule and gradient clipping:
 
