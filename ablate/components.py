@@ -52,11 +52,14 @@ class Range:
         return f"must be {self}" if too_low or too_high else None
 
     def __str__(self) -> str:
+        def number(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
         parts = []
         if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+            parts.append(f"{'>' if self.low_open else '>='} {number(self.low)}")
         if self.high is not None:
-            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+            parts.append(f"{'<' if self.high_open else '<='} {number(self.high)}")
         return " and ".join(parts)
 
 
@@ -230,7 +233,7 @@ def value_problem(value: Any, hint: Any) -> str | None:
         problem = value_problem(value, base)
         if problem:
             ranges = [e for e in extras if isinstance(e, Range)]
-            return f"must be {type_name(base)}" + (f" {ranges[0]}" if ranges else "")
+            return problem + (f" {ranges[0]}" if ranges else "")
         for extra in extras:
             if isinstance(extra, Range) and _number(value):
                 problem = extra.problem(value)

@@ -16,15 +16,36 @@ never raised: :func:`validate` raises one ``ConfigError`` listing every problem.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, Literal, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
-from ablate.components import ComponentError, Context, call_problems, resolve, settings_problems
-from ablate.model import ModelSettings, assemble, attention, ffn, init, norms, positions
+from ablate.components import (ComponentError, Context, Range, call_problems, merge_problems, own_problems,
+                               resolve, settings_problems, value_problem)
+from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, positions
 
-LOGGERS = ("wandb", "csv", "none")
+#: the top-level keys of a composed config; any other is refused (a key nothing reads)
+ROOT_KEYS = ("seed", "model", "experiment", "measure", *MODEL_GROUPS, "task", "optim", "trainer", "logger")
+Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
+
+
+@dataclass
+class LoggerSettings:
+    """The ``logger`` node."""
+
+    name: Literal["wandb", "csv", "none"]
+    project: str | None = None
+
+
+@dataclass
+class ExperimentSettings:
+    """The ``experiment`` node a named experiment fills in."""
+
+    name: str | None = None
+    baseline: str | None = None
+    labels: dict = field(default_factory=dict)
 
 
 class ConfigError(ValueError):
@@ -51,17 +72,7 @@ CONTRACTS: dict[str, Callable[[Any, dict, Context, Mapping[str, Any]], list[str]
 }
 
 
-def _positive(problems: list[str], node: Mapping[str, Any], prefix: str, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        value = node.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            problems.append(f"{prefix}.{key}={value!r} must be a positive number")
-
-
 def _resolved(group: str, node: Any, problems: list[str]) -> tuple[Any, dict] | None:
-    if not isinstance(node, Mapping):
-        problems.append(f"{group} must be a config group (a mapping with _target_), got {node!r}")
-        return None
     try:
         return resolve(group, node)
     except ComponentError as error:
@@ -70,54 +81,104 @@ def _resolved(group: str, node: Any, problems: list[str]) -> tuple[Any, dict] | 
 
 
 def _max_len(task: Mapping[str, Any]) -> int:
-    lengths = [task.get("seq_len"), *(task.get("eval_lengths") or [])]
-    return max([x for x in lengths if isinstance(x, int) and not isinstance(x, bool)] or [1])
+    lengths = task.get("eval_lengths") or []
+    lengths = [task.get("seq_len"), *(lengths if isinstance(lengths, (list, tuple)) else [])]
+    return max([x for x in lengths if isinstance(x, int) and not isinstance(x, bool) and x > 0] or [1])
 
 
-def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
-    """Every problem of a composed config, as human-readable lines (empty when it is valid)."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    problems: list[str] = []
+def _guarded(what: str, check: Callable[[], list[str]]) -> list[str]:
+    """Run one check; if the check itself breaks on a hostile value, that is a problem of ``what``."""
+    try:
+        return list(check())
+    except Exception as error:  # noqa: BLE001 - validation never crashes: it reports
+        return [f"{what}: this config cannot be checked ({type(error).__name__}: {error}); "
+                f"look at the values under {what}"]
 
-    logger = (cfg.get("logger") or {}).get("name")
-    if logger not in LOGGERS:
-        problems.append(f"logger={logger!r} is not a valid choice; valid: {', '.join(LOGGERS)}")
-    _positive(problems, cfg["optim"], "optim", ("lr",))
-    _positive(problems, cfg["trainer"], "trainer", ("max_steps",))
-    if cfg["optim"].get("warmup_steps", 0) < 0:
-        problems.append(f"optim.warmup_steps={cfg['optim']['warmup_steps']!r} must be >= 0")
-    if cfg["trainer"].get("accelerator") in ("gpu", "cuda"):
+
+def _schema(name: str, schema: Any, node: Any, passed: Mapping[str, Any] | None = None) -> list[str]:
+    """A config node against a settings class: its signature, type hints and own ``problems``."""
+    if not isinstance(node, Mapping):
+        return [f"{name} must be a mapping of settings, got {node!r}"]
+    return merge_problems(settings_problems(name, schema, node, passed),
+                          own_problems(name, schema, node, None))
+
+
+def _trainer_problems(trainer: Mapping[str, Any]) -> list[str]:
+    import pytorch_lightning as pl
+
+    passed = {"logger": None, "callbacks": None, "default_root_dir": None}  # set by each job
+    problems = _schema("trainer", pl.Trainer, trainer, passed)
+    steps = trainer.get("max_steps")
+    if not problems and not (isinstance(steps, int) and steps > 0):
+        problems.append(f"trainer.max_steps={steps!r} must be a positive integer (the run's length)")
+    if not problems and trainer.get("accelerator") in ("gpu", "cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            problems.append(f"trainer.accelerator={cfg['trainer']['accelerator']} but no CUDA device is "
+            problems.append(f"trainer.accelerator={trainer['accelerator']} but no CUDA device is "
                             "visible; valid here: trainer=cpu or trainer=debug")
+    return problems
 
-    task = cfg["task"]
-    resolved = _resolved("task", task, problems)
+
+def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """The plain (non-component) nodes: every leaf key type- and range-checked."""
+    from ablate.lit import OptimSettings
+    from ablate.measure import MeasureSettings
+
+    problems = [f"{key}: not a key of the config; valid top-level keys: {', '.join(ROOT_KEYS)}"
+                for key in cfg if key not in ROOT_KEYS and key != "hydra"]
+    problems += [f"{key} is missing from the config" for key in ROOT_KEYS if key not in cfg]
+    seed = value_problem(cfg.get("seed"), Seed)
+    if seed:
+        problems.append(f"seed={cfg.get('seed')!r} {seed}")
+    for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
+                         ("logger", LoggerSettings), ("experiment", ExperimentSettings)):
+        if name in cfg:
+            problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
+    if "trainer" in cfg:
+        problems += _guarded("trainer", lambda: _trainer_problems(cfg["trainer"]))
+    model = cfg.get("model")
+    if isinstance(model, Mapping) and not [p for p in problems if p.startswith("model")]:
+        if model["d_model"] % model["n_heads"]:
+            problems.append(f"model.d_model={model['d_model']} is not divisible by model.n_heads={model['n_heads']}")
+    return problems
+
+
+def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
+    """Every problem of a composed config, as human-readable lines (empty when it is valid).
+    Never raises: a check that breaks on a hostile value is itself reported as a problem."""
+    try:
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as error:  # noqa: BLE001 - e.g. an interpolation to a missing key
+        return [f"the config cannot be resolved: {error}"]
+    problems = _guarded("config", lambda: _node_problems(cfg))
+    task = cfg.get("task")
+    resolved = _resolved("task", task, problems) if isinstance(task, Mapping) else None
+    if not isinstance(task, Mapping):
+        problems.append(f"task must be a config group (a mapping with _target_), got {task!r}")
     if resolved:
-        problems += data.check(*resolved)
+        problems += _guarded("task", lambda: data.check(*resolved))
+    if problems:
+        return problems  # components are checked against a sound model, task and training setup
 
     model = cfg["model"]
-    model_problems = settings_problems("model", ModelSettings, model)
-    if not model_problems and model["d_model"] % model["n_heads"]:
-        model_problems.append(f"model.d_model={model['d_model']} is not divisible by "
-                              f"model.n_heads={model['n_heads']}")
-    problems += model_problems
-    if model_problems:
-        return problems
     context = Context(d_model=model["d_model"], n_heads=model["n_heads"], n_layers=model["n_layers"],
                       causal=model["causal"], max_len=_max_len(task))
-    component_problems: list[str] = []
     for group, contract in CONTRACTS.items():
-        resolved = _resolved(group, cfg[group], component_problems)
+        node = cfg.get(group)
+        if not isinstance(node, Mapping):
+            problems.append(f"{group} must be a config group (a mapping with _target_), got {node!r}")
+            continue
+        resolved = _resolved(group, node, problems)
         if resolved:
-            component_problems += contract(*resolved, context, cfg)
-    resolved = _resolved("init", cfg["init"], component_problems)
-    problems += component_problems
-    if not component_problems and resolved:
-        problems += _dry_run(cfg, context, *resolved)
+            problems += _guarded(group, lambda: contract(*resolved, context, cfg))
+    node = cfg.get("init")
+    resolved = _resolved("init", node, problems) if isinstance(node, Mapping) else None
+    if not isinstance(node, Mapping):
+        problems.append(f"init must be a config group (a mapping with _target_), got {node!r}")
+    if not problems and resolved:
+        problems += _guarded("model", lambda: _dry_run(cfg, context, *resolved))
     return problems
 
 

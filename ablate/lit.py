@@ -7,14 +7,37 @@ rest ``-100`` (see docs/internals.md), so one masked cross-entropy and one accur
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Mapping
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ablate.components import NonNegativeFloat, NonNegativeInt, PositiveFloat, Range
+
 IGNORE = -100
+Beta = Annotated[float, Range(0, 1, high_open=True)]
+
+
+@dataclass
+class OptimSettings:
+    """The ``optim`` node: AdamW (Loshchilov & Hutter 2019) with linear warm-up, then cosine decay."""
+
+    name: Literal["adamw"]
+    lr: PositiveFloat
+    weight_decay: NonNegativeFloat = 0.01
+    betas: tuple[Beta, ...] = (0.9, 0.98)
+    warmup_steps: NonNegativeInt = 100
+    min_lr_ratio: Annotated[float, Range(0, 1)] = 0.1
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        betas = settings.get("betas", cls.betas)
+        if isinstance(betas, (list, tuple)) and len(betas) != 2:
+            return [f"optim.betas={list(betas)!r} must hold two numbers (beta1, beta2)"]
+        return []
 
 
 class Diverged(RuntimeError):

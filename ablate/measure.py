@@ -26,6 +26,7 @@ import gc
 import statistics
 import time
 import weakref
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -35,7 +36,10 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ablate.components import NonNegativeInt
+
 __all__ = [
+    "MeasureSettings",
     "SpeedMeter",
     "count_input_tokens",
     "summarize_times",
@@ -45,10 +49,18 @@ __all__ = [
     "cuda_peak_memory",
 ]
 
+
+
+@dataclass
+class MeasureSettings:
+    """The ``measure`` node."""
+
+    warmup_steps: NonNegativeInt = 20  # training steps not timed (compilation, allocator warm-up)
+    memory: bool = True                # account peak training memory
+
 # --------------------------------------------------------------------------------------------
 # Speed
 # --------------------------------------------------------------------------------------------
-
 
 def synchronize(device: torch.device | str | None) -> None:
     """Wait for queued kernels on ``device`` (CUDA or MPS); a no-op on CPU or ``None``."""

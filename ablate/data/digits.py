@@ -10,6 +10,8 @@ longer lists.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from .base import Batch, SyntheticTask
@@ -25,7 +27,7 @@ class DigitTask(SyntheticTask):
     n_classes = N_DIGITS
     pad_id = None
 
-    def __init__(self, seq_len: int = 16, eval_lengths=(), batch_size: int = 64,
+    def __init__(self, seq_len: int = 16, eval_lengths: Sequence[int] = (), batch_size: int = 64,
                  causal: bool = False, n_test: int = 1000):
         super().__init__(seq_len, eval_lengths, batch_size, causal, n_test)
 

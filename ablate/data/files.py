@@ -237,7 +237,7 @@ def _dir_problems(task: str, path, files: Sequence[str | Sequence[str]], what: s
 class FileTask(Task):
     """Shared logic of tasks over pre-encoded rows of local (or downloaded) files."""
 
-    def __init__(self, seq_len, eval_lengths=(), batch_size=32, causal=False):
+    def __init__(self, seq_len: int, eval_lengths: Sequence[int] = (), batch_size: int = 32, causal: bool = False):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self._encoded: dict[tuple[str, int], _ClassRows | _TagRows] = {}
 
@@ -321,7 +321,7 @@ class Classify(ClassificationTask):
     name = "classify"
     path_required = True
 
-    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+    def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None, train_file: str = "train.tsv",
                  dev_file: str = "dev.tsv", text_columns: Sequence[str] | None = None,
                  label_column: str | None = None):
@@ -391,7 +391,7 @@ class Tagging(FileTask):
     path_required = True
     PAD_ID, UNK_ID = 0, 1
 
-    def __init__(self, seq_len: int = 64, eval_lengths=(), batch_size: int = 32,
+    def __init__(self, seq_len: int = 64, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None, train_file: str = "train.txt",
                  dev_file: str = "dev.txt"):
         super().__init__(seq_len, eval_lengths, batch_size, causal)

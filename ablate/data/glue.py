@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .base import Task
 from .files import ClassificationTask, _dir_problems, read_glue_tsv
@@ -73,7 +73,7 @@ class GlueTask(ClassificationTask):
     def __new__(cls, name: str = "sst2", *args: Any, **kwargs: Any) -> "GlueTask":
         return super().__new__(GLUE_CLASSES[name] if cls is GlueTask else cls)
 
-    def __init__(self, name: str = "sst2", seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+    def __init__(self, name: str = "sst2", seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.n_classes = GLUE_TASKS[self.name]

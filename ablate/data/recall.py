@@ -17,7 +17,7 @@ other position with ``-100``. A longer evaluation length holds more pairs, so
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ class Recall(SyntheticTask):
     metric = "query_accuracy"
     pad_id = None
 
-    def __init__(self, seq_len: int = 32, eval_lengths=(), batch_size: int = 64,
+    def __init__(self, seq_len: int = 32, eval_lengths: Sequence[int] = (), batch_size: int = 64,
                  causal: bool = True, n_keys: int = 64, n_values: int = 64, n_queries: int = 1,
                  n_test: int = 1000):
         super().__init__(seq_len, eval_lengths, batch_size, causal, n_test)

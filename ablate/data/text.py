@@ -20,7 +20,7 @@ held-out part, at each evaluation length.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import importlib.util
 import os
@@ -92,7 +92,7 @@ class LanguageModel(Task):
     n_classes = 256
     pad_id = None
 
-    def __init__(self, seq_len: int = 128, eval_lengths=(), batch_size: int = 32,
+    def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = True, path: str | None = None, val_fraction: float = 0.1,
                  n_test: int = 256):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
