@@ -37,6 +37,7 @@ tagging
 from __future__ import annotations
 
 import csv
+import io
 import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -69,12 +70,25 @@ def _csv_limit() -> None:
         csv.field_size_limit(2**31 - 1)
 
 
+def read_text(path: str | Path) -> str:
+    """A data file's text: UTF-8, a leading byte-order mark dropped (as spreadsheet exports write
+    it); bytes that are not UTF-8 are an error naming the file and the line."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not valid UTF-8 (byte 0x{data[error.start]:02x}); "
+                         "save the file as UTF-8") from None
+
+
 def read_glue_tsv(path: str | Path, text_columns: Sequence[str] | None = None,
                   label_column: str | None = None) -> list[Row]:
     """Read a TSV file in GLUE's layout: rows of ``((text, [text2]), label, line_number)``."""
     path = Path(path)
     _csv_limit()
-    with open(path, encoding="utf-8", newline="") as f:
+    with io.StringIO(read_text(path), newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             header = next(reader)
@@ -112,14 +126,18 @@ def read_glue_tsv(path: str | Path, text_columns: Sequence[str] | None = None,
                     raise ValueError(f"{path}: no label column in the header {cols}; expected "
                                      f"one of {list(LABEL_COLUMNS)} (or set task.label_column)")
             text_idx, label_idx = [cols.index(c) for c in found], cols.index(lab)
-        need = max(text_idx + [label_idx]) + 1
+        need = len(cols)  # every row has the header's fields (CoLA: 4), no more, no fewer
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             line = reader.line_num
             if len(row) < need:
                 raise ValueError(f"{path}, line {line}: {len(row)} tab-separated fields, "
-                                 f"expected at least {need}")
+                                 f"expected {need} (the header's)")
+            if len(row) > need:
+                raise ValueError(f"{path}, line {line}: {len(row)} tab-separated fields but the header "
+                                 f"has {need}: a text holding a tab? GLUE's TSV layout has no quoting, so "
+                                 "remove tabs inside texts")
             label = row[label_idx].strip()
             if not label:
                 raise ValueError(f"{path}, line {line}: empty label")
@@ -361,7 +379,7 @@ def read_tagging_file(path: str | Path) -> list[tuple[list[str], list[str], int]
     """Rows ``(input_tokens, target_tokens, line_number)`` of a tagging file."""
     path = Path(path)
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with io.StringIO(read_text(path)) as f:
         for line_no, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():

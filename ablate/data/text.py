@@ -103,7 +103,10 @@ class LanguageModel(Task):
             raise ValueError(f"task.path={self.path!r} does not exist")
 
     def _setup(self) -> None:
-        data = torch.frombuffer(bytearray(read_corpus(self.path)), dtype=torch.uint8)
+        corpus = read_corpus(self.path)
+        if not corpus:
+            raise ValueError(f"task.path={self.path!r} is empty: a language model needs text to read")
+        data = torch.frombuffer(bytearray(corpus), dtype=torch.uint8)
         split = int(round(len(data) * (1 - self.val_fraction)))
         self.train_data, self.held_out = data[:split], data[split:]
         if len(self.train_data) < self.seq_len + 2:
@@ -146,6 +149,11 @@ class LanguageModel(Task):
         if path is not None and not Path(str(path)).expanduser().exists():
             out.append(f"task.path={str(path)!r} does not exist (lm needs a text file or a "
                        "directory of *.txt files; null uses the built-in corpus)")
+        elif path is not None:
+            p = Path(str(path)).expanduser()
+            files = [p] if p.is_file() else list(p.rglob("*.txt"))
+            if files and not any(f.stat().st_size for f in files if f.is_file()):
+                out.append(f"task.path={str(path)!r} is empty: a language model needs text to read")
         vf = cfg.get("val_fraction", 0.1)
         if not (isinstance(vf, (int, float)) and 0 < vf < 1):
             out.append(f"task.val_fraction must be in (0, 1), got {vf!r}")
