@@ -119,13 +119,16 @@ def resolve(group: str, node: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """(target, settings) of an option node; raises ComponentError naming the group and path."""
     path = target_path(node)
     if path is None:
-        raise ComponentError(f"{group} has no _target_ (the import path of the class that implements it), "
-                             f"got {node.get('_target_')!r}")
+        raise ComponentError(f"{group}._target_={node.get('_target_')!r} must be the import path of the class "
+                             "that implements the option (a string such as my_lab.attention.MyAttention)")
     try:
         target = import_target(path)
     except Exception as error:  # noqa: BLE001 - any import failure is a config problem
         raise ComponentError(f"{group}._target_={path!r} cannot be imported: "
                              f"{type(error).__name__}: {error}") from None
+    name = node.get("name")
+    if name is not None and not isinstance(name, str) and "name" not in _parameters(target):
+        raise ComponentError(f"{group}.name={name!r} must be a string (the label records and tables show)")
     return target, settings_of(node, target)
 
 

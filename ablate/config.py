@@ -117,7 +117,34 @@ def _trainer_problems(trainer: Mapping[str, Any]) -> list[str]:
         if not torch.cuda.is_available():
             problems.append(f"trainer.accelerator={trainer['accelerator']} but no CUDA device is "
                             "visible; valid here: trainer=cpu or trainer=debug")
+    if not problems:
+        problems += _trainer_dry_build(trainer)
     return problems
+
+
+def _trainer_dry_build(trainer: Mapping[str, Any]) -> list[str]:
+    """Construct the Trainer once (cheap, nothing runs): Lightning's own checks of devices,
+    accelerator, strategy and precision names, before any job starts."""
+    import logging
+    import tempfile
+    import warnings
+
+    import pytorch_lightning as pl
+
+    quiet = [logging.getLogger(name) for name in ("pytorch_lightning", "lightning.pytorch", "lightning.fabric")]
+    levels = [log.level for log in quiet]
+    try:
+        for log in quiet:
+            log.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
+            warnings.simplefilter("ignore")
+            pl.Trainer(**trainer, logger=False, callbacks=[], default_root_dir=root)
+    except Exception as error:  # noqa: BLE001 - Lightning's refusal is the problem to report
+        return [f"trainer: Lightning refuses these settings: {type(error).__name__}: {error}"]
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    return []
 
 
 def _node_problems(cfg: Mapping[str, Any]) -> list[str]:

@@ -1,0 +1,173 @@
+"""Hostile input: every bad value gets a clear answer naming it, before anything trains.
+
+The property test feeds wrong-typed values to every leaf key of the default config and of each
+task's config and checks that validation names the key (and never raises); the CLI tests run the
+cases users actually hit through the real `ablate`: exit 2, the key named, no record, no traceback.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from conftest import builtin_options, records, run_cli
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from ablate.config import config_problems
+from ablate.paths import CONF_DIR
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TASK_PATHS = {"classify": FIXTURES / "classify", "tagging": FIXTURES / "tagging", "glue": FIXTURES / "glue_sst2"}
+BASE = ["trainer=debug", "logger=none", "model.d_model=16", "model.n_heads=2", "model.n_layers=1"]
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+def task_overrides(task: str) -> list[str]:
+    return [f"task={task}"] + ([f"task.path={TASK_PATHS[task]}"] if task in TASK_PATHS else [])
+
+
+def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
+
+
+def wrong_values(value: Any, rng: random.Random) -> list[Any]:
+    """Two values of a type the key does not take, drawn at random from the candidates."""
+    if isinstance(value, bool):
+        candidates = ["abc", 2, [True], {"a": 1}]
+    elif isinstance(value, int):
+        candidates = ["abc", 1.5, True, [1], {"a": 1}]
+    elif isinstance(value, float):
+        candidates = ["abc", True, [1.0], {"a": 1}, float("nan")]
+    elif isinstance(value, str):
+        candidates = [[1], 3, {"a": 1}] if not value.startswith("ablate.") else [3, "no.such.Class"]
+    elif isinstance(value, list):
+        candidates = ["abc", 5, ["abc"], [{"a": 1}]]
+    elif value is None:
+        candidates = [5, [1], {"a": 1}]
+    else:  # an empty mapping (experiment.labels)
+        candidates = ["abc", 5, [1]]
+    return rng.sample(candidates, 2)
+
+
+def keys_named(problems: list[str], key: str) -> bool:
+    short = key.split(".", 1)[-1]
+    return any(key in p or f"{short}=" in p or f".{short}" in p or f"`{short}`" in p for p in problems)
+
+
+def cases() -> list[tuple[list[str], str, Any]]:
+    """(task overrides, leaf key, wrong value) for every leaf of the default config and of each task."""
+    rng = random.Random(20261129)
+    out = []
+    default = OmegaConf.to_container(compose_cfg([]), resolve=True)
+    for key, value in leaves(default):
+        if key.startswith("task.") or key == "model.causal":  # model.causal follows task.causal
+            continue
+        out += [([], key, bad) for bad in wrong_values(value, rng)]
+    for task in builtin_options("task"):
+        node = OmegaConf.to_container(compose_cfg(task_overrides(task)).task, resolve=True)
+        for key, value in leaves(node, "task"):
+            if key == "task.name" and task != "glue":  # a label, free text
+                continue
+            out += [(task_overrides(task), key, bad) for bad in wrong_values(value, rng)]
+    return out
+
+
+CASES = cases()
+
+
+@pytest.mark.parametrize("overrides,key,bad", CASES, ids=[f"{k}={b!r}"[:60] for _, k, b in CASES])
+def test_every_leaf_key_refuses_a_wrong_type_by_name(overrides: list[str], key: str, bad: Any) -> None:
+    cfg = compose_cfg(overrides)
+    OmegaConf.update(cfg, key, bad, force_add=True, merge=False)
+    problems = config_problems(cfg)  # never raises
+    assert problems, f"{key}={bad!r} was accepted"
+    assert keys_named(problems, key), (key, bad, problems)
+
+
+def test_every_task_validates_with_its_defaults() -> None:
+    for task in builtin_options("task"):
+        problems = config_problems(compose_cfg(task_overrides(task)))
+        assert all("datasets" in p for p in problems), (task, problems)  # glue without task.path: the hub
+
+
+# ---------------------------------------------------------------------------- through the CLI
+
+BAD_SINGLE_RUNS = {
+    "task.eval_lengths=128": "task.eval_lengths",
+    "task.eval_lengths=[abc]": "task.eval_lengths",
+    "model.dropout=abc": "model.dropout='abc'",
+    "init.std=-1": "init.std=-1 must be > 0",
+    "model.d_model=16.9": "model.d_model=16.9 must be an integer",
+    "model.d_model=64.5 model.n_heads=1": "model.d_model=64.5 must be an integer",
+    "measure.warmup_steps=-1": "measure.warmup_steps=-1 must be >= 0",
+    "seed=-1": "seed=-1 must be >= 0",
+    "seed=abc": "seed='abc' must be an integer",
+    f"seed={2**70}": f"seed={2**70} must be >= 0 and <= {2**32 - 1}",
+    "optim.lr=nan": "optim.lr=nan must be a finite number",
+    "optim.lr=inf": "optim.lr=inf must be a finite number",
+    "+dry_run=true": "dry_run: not a key of the config",
+    "trainer.devices=abc": "devices",
+}
+
+
+@pytest.mark.parametrize("args,named", BAD_SINGLE_RUNS.items(), ids=list(BAD_SINGLE_RUNS))
+def test_bad_value_exits_2_naming_it(tmp_path: Path, args: str, named: str) -> None:
+    out = run_cli([*BASE, *args.split(), "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert named in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+@pytest.mark.parametrize("sweep,named", [("model.dropout=0.1,abc", "model.dropout='abc'"),
+                                         ("init.std=0.02,-1", "init.std=-1 must be > 0")])
+def test_sweep_with_one_bad_job_trains_nothing(tmp_path: Path, sweep: str, named: str) -> None:
+    out = run_cli(["-m", *BASE, sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "nothing was trained" in out.stderr and named in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert records(tmp_path / "sweep") == []
+
+
+def test_empty_lm_corpus_is_named(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    out = run_cli([*BASE, f"task.path={tmp_path / 'empty.txt'}", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 2 and "empty.txt' is empty" in out.stderr, out.stderr[-2000:]
+
+
+def _classify_dir(tmp_path: Path, train: bytes) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "train.tsv").write_bytes(train)
+    (d / "dev.tsv").write_bytes(b"sentence\tlabel\ngood film\t1\nbad film\t0\n")
+    return d
+
+
+@pytest.mark.parametrize("train,message", [
+    (b'sentence\tlabel\ngood film\t1\n"a quoted\ttab"\t0\n', "train.tsv, line 3: 3 tab-separated fields but the header has 2"),
+    (b"sentence\tlabel\ngood film\t1\nb\xffd film\t0\n", "train.tsv, line 3: not valid UTF-8"),
+])
+def test_bad_data_file_fails_the_job_naming_file_and_line(tmp_path: Path, train: bytes, message: str) -> None:
+    data = _classify_dir(tmp_path, train)
+    out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 1, out.stderr[-2000:]
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "failed" and message in record["error"], record["error"]
+    assert record["metrics"].get("steps") is None  # failed before training
+
+
+def test_utf8_bom_in_a_tsv_header_is_dropped(tmp_path: Path) -> None:
+    data = _classify_dir(tmp_path, b"\xef\xbb\xbfsentence\tlabel\ngood film\t1\nbad film\t0\n")
+    out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert records(tmp_path / "run")[0]["status"] == "ok"
