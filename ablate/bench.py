@@ -12,14 +12,15 @@ whatever else ran then. Here every variant is built once, then their training st
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.results import write_json_atomic
+from ablate.paths import CONF_DIR
+from ablate.results import load_records, write_json_atomic
+from ablate.sweep import expand_sweep, group_by_variant, job_variant, override_key, swept_keys
 
 
 class _Variant:
@@ -79,32 +80,29 @@ def _tokens_per_s(times: list[float], tokens_per_step: int) -> dict[str, Any]:
 
 
 def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str | None]:
-    """The variants (seed excluded) of the sweep that ``ablate -m OVERRIDES`` would run."""
+    """The variants of the sweep that ``ablate -m OVERRIDES`` would run, each composed once with
+    ``seed=0``, keyed by their variant (``ablate.sweep``: the key the table looks them up by)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from ablate.cli import CONF_DIR
-    from ablate.table import variant_key
-
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        parser = OverridesParser.create()
-        cli = parser.parse_overrides(overrides)
+        cli = OverridesParser.create().parse_overrides(overrides)
         fixed = [o.input_line for o in cli if not o.is_sweep_override()]
         base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
         params = [f"{k}={v}" for k, v in (base.hydra.sweeper.params or {}).items()]
-        swept = {o.get_key_element(): o for o in parser.parse_overrides(params) + cli if o.is_sweep_override()}
-        axes = [[f"{key}={v}" for v in o.sweep_string_iterator()] for key, o in swept.items() if key != "seed"]
+        jobs = expand_sweep(params + list(overrides))
+        swept = swept_keys(jobs)
         configs = {}
-        for combo in itertools.product(*axes):
-            cfg = compose(config_name="config", overrides=[*fixed, *combo, "seed=0"])
-            configs[variant_key(dict(o.split("=", 1) for o in combo))] = cfg
+        for job in jobs:
+            key = job_variant(job, swept)
+            if key not in configs:  # the first seed of each variant; the benchmark sets seed=0
+                job = [o for o in job if override_key(o) != "seed"]
+                configs[key] = compose(config_name="config", overrides=[*job, "seed=0"])
         return configs, base.experiment.baseline
 
 
 def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
     """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
-    from ablate.table import group_by_variant, load_records
-
     groups = group_by_variant(load_records(Path(sweep_dir)))
     configs = {key: OmegaConf.create(runs[0]["config"]) for key, runs in groups.items()}
     baseline = next((r["experiment"]["baseline"] for runs in groups.values() for r in runs

@@ -1,12 +1,12 @@
 """Hydra callbacks around a multirun: check every job before the first trains; end with the table.
 
 Configured in ``conf/config.yaml`` under ``hydra.callbacks``, so they run with every launcher
-(basic, joblib, submitit) in the process that launched the sweep.
+(basic, joblib, submitit) in the process that launched the sweep. The sweep's jobs and
+``sweep.json`` are ``ablate.sweep``'s; the table is ``ablate.report``'s.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,20 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import config_problems
-from ablate.results import write_json_atomic
-
-
-def sweep_job_overrides(config: DictConfig) -> list[list[str]]:
-    """The overrides of every job of this multirun, as Hydra's basic sweeper will expand them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    params = config.hydra.sweeper.get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)
-    return [job for batch in batches for job in batch]
+from ablate.sweep import sweep_job_overrides, write_sweep_file
 
 
 def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
@@ -49,27 +36,6 @@ def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
     return problems
 
 
-SWEEP_FILE = "sweep.json"
-
-
-def swept_keys(jobs: list[list[str]]) -> list[str]:
-    """The keys that take more than one value across the jobs, in command-line order."""
-    values: dict[str, set[str]] = {}
-    for job in jobs:
-        for override in job:
-            key, _, value = override.partition("=")
-            values.setdefault(key, set()).add(value)
-    return [key for key, seen in values.items() if len(seen) > 1]
-
-
-def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
-    """The swept keys recorded at the start of the sweep (None when unknown)."""
-    try:
-        return json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["swept"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Validate every job's composed config (exit 2 before any training if one is invalid),
@@ -88,11 +54,11 @@ class SweepCallbacks(Callback):
                 lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
             print("\n".join(lines), file=sys.stderr)
             sys.exit(2)
-        write_json_atomic(Path(config.hydra.sweep.dir) / SWEEP_FILE, {"swept": swept_keys(jobs), "jobs": jobs})
+        write_sweep_file(config.hydra.sweep.dir, jobs)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Print, save and log the sweep's table; exit 1 if any job failed."""
-        from ablate.table import build_table, load_records, log_to_wandb, render, save_outputs
+        from ablate.report import build_table, load_records, log_to_wandb, render, save_outputs
 
         sweep_dir = Path(config.hydra.sweep.dir)
         records = load_records(sweep_dir)

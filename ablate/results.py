@@ -1,5 +1,8 @@
 """The per-job record, ``result.json``: what tables and resumed sweeps are built from.
 
+Jobs write their record here (``write_record``) and read it back to resume (``read_record``); the
+table and the benchmark load a sweep's records (``load_records``) in sweep order.
+
 Records are written to a temporary file in the job directory, flushed to disk and renamed over
 ``result.json`` (``os.replace`` is atomic on POSIX), so a job killed at any moment leaves either
 its previous record or none: never a partial one.
@@ -8,10 +11,13 @@ its previous record or none: never a partial one.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 RESULT_FILE = "result.json"
 STATUSES = ("ok", "diverged", "failed")
@@ -44,3 +50,40 @@ def read_record(job_dir: str | Path) -> dict[str, Any] | None:
         return json.loads((Path(job_dir) / RESULT_FILE).read_text())
     except (OSError, ValueError):
         return None
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def sort_records(records: Iterable[dict]) -> list[dict]:
+    """Records in sweep order: by ``job.num`` where known, then by path."""
+    def key(record: dict) -> tuple:
+        num = (record.get("job") or {}).get("num")
+        num = num if isinstance(num, (int, float)) else math.inf
+        return (num, _natural_key(Path(record.get("_path", ""))))
+    return sorted(records, key=key)
+
+
+def load_records(sweep_dir: str | Path) -> list[dict]:
+    """Every ``result.json`` under ``sweep_dir`` (recursively), in job order.
+
+    A file that does not parse is skipped with a warning (a job may be writing it, or may have
+    died); jobs without a record are simply absent. Each record gets ``_path`` (its file) and
+    ``_sweep_dir`` (the directory searched), so that readers can find the sweep's other files
+    (``sweep.json``, ``bench.json``).
+    """
+    sweep_dir = Path(sweep_dir)
+    records = []
+    for path in sorted(sweep_dir.rglob(RESULT_FILE), key=_natural_key):
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict):
+                raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        except (OSError, ValueError) as err:
+            warnings.warn(f"skipping {path}: {err}", stacklevel=2)
+            continue
+        record["_path"] = str(path)
+        record["_sweep_dir"] = str(sweep_dir)
+        records.append(record)
+    return sort_records(records)

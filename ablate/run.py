@@ -22,21 +22,10 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from ablate.config import validate
 from ablate.results import read_record, write_record
+from ablate.sweep import job_variant, override_key, read_sweep_keys
 
 ARCHITECTURE_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
 CHOICE_GROUPS = (*ARCHITECTURE_GROUPS, "task", "optim", "trainer", "logger", "experiment")
-NOT_VARIANT_KEYS = ("seed", "experiment")
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
-def variant_overrides(overrides: list[str], swept: list[str] | None = None) -> list[str]:
-    """The overrides that make a job's variant: those of the ``swept`` keys when the sweep's keys
-    are known (``sweep.json``), else all but the seed and the experiment name."""
-    return [o for o in overrides if _key(o) not in NOT_VARIANT_KEYS and not _key(o).startswith("hydra")
-            and (swept is None or _key(o) in swept)]
 
 
 def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
@@ -73,17 +62,15 @@ class Job:
 
     @property
     def name(self) -> str:
-        return ",".join(o for o in self.overrides if _key(o) != "experiment") or "defaults"
+        return ",".join(o for o in self.overrides if override_key(o) != "experiment") or "defaults"
 
     @functools.cached_property
     def variant(self) -> str:
-        """The swept choices of this job other than the seed, e.g. ``qkv_sharing=qk_shared``."""
-        swept = None
-        if self.sweep_dir is not None:
-            from ablate.callbacks import read_sweep_keys
-
-            swept = read_sweep_keys(self.sweep_dir)
-        return ",".join(variant_overrides(self.overrides, swept)) or "defaults"
+        """This job's variant (``ablate.sweep``), e.g. ``qkv_sharing=qk_shared``: the name its table
+        row and its ``bench.json`` entry have too. The swept keys come from the sweep's
+        ``sweep.json``; a single run's variant is all its overrides but the seed and experiment."""
+        swept = read_sweep_keys(self.sweep_dir) if self.sweep_dir is not None else None
+        return job_variant(self.overrides, swept) or "defaults"
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:

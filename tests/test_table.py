@@ -1,4 +1,4 @@
-"""ablate.table: sweep records -> paper-style table.
+"""ablate.report (and the variants of ablate.sweep): sweep records -> paper-style table.
 
 The records below are synthetic fixture inputs in the documented ``result.json`` format
 (docs/internals.md); everything under test is the real code.
@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate import table as T
+from ablate.report import build_table, load_records, log_to_wandb, render, save_outputs
+from ablate.report.cli import main
+from ablate.sweep import variant_key, variants
 
 QKV = ["independent", "qk_shared", "qkv_shared"]
 LABELS = {"qkv_sharing=qk_shared": "Q=K, V separate", "qkv_sharing=qkv_shared": "Q=K=V"}
@@ -85,7 +87,7 @@ def sweep(tmp_path):
 
 @pytest.fixture
 def table(sweep):
-    return T.build_table(T.load_records(sweep))
+    return build_table(load_records(sweep))
 
 
 def csv_dicts(text):
@@ -104,7 +106,7 @@ def test_rows_per_variant_in_sweep_order_with_labels(table):
 
 def test_sweep_order_follows_job_num_not_path(tmp_path):
     recs = [record(n, [f"qkv_sharing={v}", "seed=0"]) for n, v in enumerate(["b", "a", "c"] * 4)]
-    t = T.build_table(T.load_records(write_sweep(tmp_path, recs)))  # dirs 0..11: "10" sorts before "2"
+    t = build_table(load_records(write_sweep(tmp_path, recs)))  # dirs 0..11: "10" sorts before "2"
     assert [r.label for r in t.rows] == ["b", "a", "c"]
     assert [r.n for r in t.rows] == [4, 4, 4]
 
@@ -128,15 +130,15 @@ def test_diverged_and_failed_excluded_from_means_but_counted(tmp_path):
         record(3, ["qkv_sharing=b", "seed=0"], status="failed"),
         record(4, ["qkv_sharing=b", "seed=1"], status="failed"),
     ]
-    t = T.build_table(T.load_records(write_sweep(tmp_path, recs)))
+    t = build_table(load_records(write_sweep(tmp_path, recs)))
     a, b = t.rows
     assert a.status == "2 ok, 1 diverged" and a.n == 2
     assert a.accuracy_mean == pytest.approx(0.6) and a.tokens_per_s == pytest.approx(200.0)
     assert b.status == "2 failed" and b.n == 0 and b.accuracy_mean is None and b.speed_ratio is None
-    rows = csv_dicts(T.render(t, "csv"))
+    rows = csv_dicts(render(t, "csv"))
     assert rows[0]["n_ok"] == "2" and rows[0]["n_diverged"] == "1" and rows[0]["status"] == "2 ok, 1 diverged"
     assert rows[1]["n_failed"] == "2" and rows[1]["accuracy_mean"] == "" and rows[1]["n"] == "0"
-    assert "2 failed" in T.render(t, "terminal")
+    assert "2 failed" in render(t, "terminal")
 
 
 def test_ratios_vs_baseline(table):
@@ -146,18 +148,18 @@ def test_ratios_vs_baseline(table):
     qk = table.rows[1]
     assert qk.speed_ratio == pytest.approx(np.mean(TPS["qk_shared"]) / np.mean(TPS["independent"]))
     assert qk.memory_ratio == pytest.approx(0.75)
-    assert "1.00x" in T.render(table, "markdown")
+    assert "1.00x" in render(table, "markdown")
 
 
 def test_baseline_override_forms_and_unknown(sweep):
-    recs = T.load_records(sweep)
+    recs = load_records(sweep)
     for spec in ("qkv_sharing=qk_shared", "qk_shared", "Q=K, V separate"):
-        t = T.build_table(recs, baseline=spec)
+        t = build_table(recs, baseline=spec)
         assert t.baseline_key == "qkv_sharing=qk_shared"
         assert [r.is_baseline for r in t.rows] == [False, True, False]
         assert t.rows[1].speed_ratio == pytest.approx(1.0)
     with pytest.raises(ValueError) as err:
-        T.build_table(recs, baseline="qkv_sharing=nope")
+        build_table(recs, baseline="qkv_sharing=nope")
     msg = str(err.value)
     assert "nope" in msg and all(f"qkv_sharing={v}" in msg for v in QKV)
 
@@ -166,8 +168,8 @@ def test_baseline_from_experiment_else_first(tmp_path):
     recs = qkv_records(experiment=False)
     for r in recs:
         r["experiment"] = {"name": "x", "baseline": "qkv_sharing=qkv_shared"}
-    assert T.build_table(recs).baseline_key == "qkv_sharing=qkv_shared"
-    assert T.build_table(qkv_records(experiment=False)).baseline_key == "qkv_sharing=independent"
+    assert build_table(recs).baseline_key == "qkv_sharing=qkv_shared"
+    assert build_table(qkv_records(experiment=False)).baseline_key == "qkv_sharing=independent"
 
 
 def test_welch_p_value_and_marks(table):
@@ -178,16 +180,16 @@ def test_welch_p_value_and_marks(table):
         assert row.p_value == pytest.approx(expected)
     assert table.rows[0].p_value is None and table.rows[0].mark == ""
     assert table.rows[1].mark == "**"  # 0.81 vs 0.92 with tiny spread
-    rows = csv_dicts(T.render(table, "csv"))
+    rows = csv_dicts(render(table, "csv"))
     assert float(rows[1]["p_value"]) == pytest.approx(table.rows[1].p_value)
     assert rows[0]["p_value"] == ""
-    assert "Welch" in T.render(table, "terminal") and "Welch" in T.render(table, "latex")
+    assert "Welch" in render(table, "terminal") and "Welch" in render(table, "latex")
 
 
 def test_no_p_value_with_single_run(tmp_path):
     recs = [record(0, ["qkv_sharing=a", "seed=0"]), record(1, ["qkv_sharing=a", "seed=1"], acc=0.8),
             record(2, ["qkv_sharing=b", "seed=0"], acc=0.1)]
-    t = T.build_table(recs)
+    t = build_table(recs)
     assert t.rows[1].p_value is None and t.rows[1].mark == "" and t.rows[1].accuracy_std is None
 
 
@@ -197,12 +199,12 @@ def test_several_keys_label_and_variant_key(tmp_path):
         for norm in ("layernorm", "rmsnorm"):
             recs.append(record(n, [f"pos_enc={pe}", f"norm={norm}", "seed=0"]))
             n += 1
-    t = T.build_table(recs, baseline="pos_enc=alibi,norm=rmsnorm")
+    t = build_table(recs, baseline="pos_enc=alibi,norm=rmsnorm")
     assert [r.label for r in t.rows] == ["pos_enc=rope norm=layernorm", "pos_enc=rope norm=rmsnorm",
                                          "pos_enc=alibi norm=layernorm", "pos_enc=alibi norm=rmsnorm"]
     assert t.baseline_key == "norm=rmsnorm,pos_enc=alibi"
-    assert T.variant_key({"pos_enc": "rope", "norm": "rmsnorm"}) == "norm=rmsnorm,pos_enc=rope"
-    assert list(T.variants(recs)) == [r.key for r in t.rows]
+    assert variant_key({"pos_enc": "rope", "norm": "rmsnorm"}) == "norm=rmsnorm,pos_enc=rope"
+    assert list(variants(recs)) == [r.key for r in t.rows]
 
 
 def test_eval_length_columns(tmp_path):
@@ -212,14 +214,14 @@ def test_eval_length_columns(tmp_path):
             evals = {64: accs[2] + seed / 100, 16: accs[0] + seed / 100, 32: accs[1] + seed / 100}
             recs.append(record(n, [f"pos_enc={v}", f"seed={seed}"], acc=evals[16], evals=evals, seq_len=16))
             n += 1
-    t = T.build_table(recs)
+    t = build_table(recs)
     assert t.eval_lengths == [16, 32, 64] and t.train_length == 16
     assert t.rows[1].eval[64][0] == pytest.approx(0.705)
-    md = T.render(t, "markdown")
+    md = render(t, "markdown")
     assert "acc@16" in md and "acc@32" in md and "acc@64" in md
-    header = T.render(t, "csv").splitlines()[0].split(",")
+    header = render(t, "csv").splitlines()[0].split(",")
     assert [c for c in header if c.startswith("acc@") and not c.endswith("_std")] == ["acc@16", "acc@32", "acc@64"]
-    row = csv_dicts(T.render(t, "csv"))[1]
+    row = csv_dicts(render(t, "csv"))[1]
     assert float(row["acc@64"]) == pytest.approx(0.705)
 
 
@@ -231,7 +233,7 @@ def _md_cells(line):
 
 
 def test_markdown_columns(table):
-    md = T.render(table, "markdown")
+    md = render(table, "markdown")
     lines = [ln for ln in md.splitlines() if ln.startswith("|")]
     header = _md_cells(lines[0])
     assert len(lines) == 2 + len(table.rows)
@@ -244,7 +246,7 @@ def test_markdown_columns(table):
 def test_latex_booktabs_and_escaping(tmp_path):
     recs = [record(0, ["qkv_sharing=q_k", "seed=0"], experiment={"labels": {"qkv_sharing=q_k": "Q=K & 50%"}}),
             record(1, ["qkv_sharing=kv_shared", "seed=0"])]
-    tex = T.render(T.build_table(recs), "latex")
+    tex = render(build_table(recs), "latex")
     for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\end{table}"):
         assert rule in tex
     assert r"Q=K \& 50\%" in tex and r"kv\_shared" in tex
@@ -257,19 +259,19 @@ def test_latex_booktabs_and_escaping(tmp_path):
 
 
 def test_latex_pm_and_marks(table):
-    tex = T.render(table, "latex")
+    tex = render(table, "latex")
     assert r"92.0 $\pm$ 1.0" in tex and "$^{**}$" in tex
     assert r"1.00$\times$" in tex and "0.75$\\times$" in tex
 
 
 def test_terminal_renders(table):
-    out = T.render(table, "terminal")
+    out = render(table, "terminal")
     for text in ("independent", "Q=K=V", "92.0 ± 1.0", "2 ok, 1 diverged", "1.00x", "(baseline)"):
         assert text in out
 
 
 def test_csv_required_columns_raw_floats(table):
-    rows = csv_dicts(T.render(table, "csv"))
+    rows = csv_dicts(render(table, "csv"))
     required = ["variant", "accuracy_mean", "accuracy_std", "n", "speed_ratio", "memory_ratio", "params",
                 "status", "loss_mean", "tokens_per_s", "memory_mib", "p_value", "n_ok", "n_diverged",
                 "n_failed", "speed_source", "metric"]
@@ -283,7 +285,7 @@ def test_corrupt_record_skipped_with_warning(sweep):
     (sweep / "99").mkdir()
     (sweep / "99" / "result.json").write_text('{"status": "ok", "overr')
     with pytest.warns(UserWarning, match="skipping"):
-        recs = T.load_records(sweep)
+        recs = load_records(sweep)
     assert len(recs) == 9
 
 
@@ -293,7 +295,7 @@ def test_nested_job_dirs_and_partial_sweep(tmp_path):
         d = tmp_path / "multirun" / "2026-01-01" / "12-00-00" / str(i)
         d.mkdir(parents=True)
         (d / "result.json").write_text(json.dumps(rec))
-    t = T.build_table(T.load_records(tmp_path / "multirun"))
+    t = build_table(load_records(tmp_path / "multirun"))
     assert [r.n for r in t.rows] == [2, 1, 1]
 
 
@@ -308,40 +310,40 @@ def bench_json(rounds=20):
 
 def test_bench_json_switches_speed_source(sweep):
     (sweep / "bench.json").write_text(json.dumps(bench_json()))
-    t = T.build_table(T.load_records(sweep))
+    t = build_table(load_records(sweep))
     assert t.speed_source == "bench" and t.bench_rounds == 20
     assert t.rows[2].speed_ratio == pytest.approx(1.5) and t.rows[0].tokens_per_s == 2000.0
     for fmt in ("terminal", "markdown", "latex"):
-        assert "interleaved benchmark" in T.render(t, fmt) and "20 rounds" in T.render(t, fmt)
-    assert csv_dicts(T.render(t, "csv"))[0]["speed_source"] == "bench"
+        assert "interleaved benchmark" in render(t, fmt) and "20 rounds" in render(t, fmt)
+    assert csv_dicts(render(t, "csv"))[0]["speed_source"] == "bench"
 
 
 def test_bench_keys_with_common_overrides(sweep):
     bench = bench_json()  # keyed as the bench may key them: with the sweep's fixed overrides too
     bench["variants"] = {f"{k},model.d_model=64": v for k, v in bench["variants"].items()}
-    t = T.build_table(T.load_records(sweep), bench=bench)
+    t = build_table(load_records(sweep), bench=bench)
     assert t.speed_source == "bench" and t.rows[1].tokens_per_s == 2200.0
 
 
 def test_bench_dict_argument(sweep):
-    t = T.build_table(T.load_records(sweep), bench=bench_json(rounds=5))
+    t = build_table(load_records(sweep), bench=bench_json(rounds=5))
     assert t.speed_source == "bench" and "median of 5 rounds" in t.caption()
-    assert T.build_table(T.load_records(sweep)).speed_source == "records"
+    assert build_table(load_records(sweep)).speed_source == "records"
 
 
 # --- files, wandb, CLI ------------------------------------------------------------------------
 
 def test_save_outputs_writes_four_files(table, sweep):
-    paths = T.save_outputs(table, sweep)
+    paths = save_outputs(table, sweep)
     assert {p.name for p in paths.values()} == {"table.md", "table.tex", "table.csv", "table.png"}
     assert (sweep / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (sweep / "table.csv").read_text() == T.render(table, "csv")
+    assert (sweep / "table.csv").read_text() == render(table, "csv")
     assert not [p for p in sweep.iterdir() if p.name.startswith(".")]  # no temp files left
 
 
 def test_save_outputs_eval_plot(tmp_path):
     recs = [record(i, [f"pos_enc={v}", "seed=0"], evals={16: 0.9, 32: 0.4}) for i, v in enumerate(["a", "b"])]
-    paths = T.save_outputs(T.build_table(recs), tmp_path)
+    paths = save_outputs(build_table(recs), tmp_path)
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
 
 
@@ -355,8 +357,8 @@ def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
-    png = T.save_outputs(table, sweep)["png"]
-    run_dir = T.log_to_wandb(table, sweep, png)
+    png = save_outputs(table, sweep)["png"]
+    run_dir = log_to_wandb(table, sweep, png)
     assert run_dir and Path(run_dir).is_dir() and Path(run_dir).is_relative_to(sweep)
     cli = _wandb_cli()
     if cli is None:
@@ -377,25 +379,25 @@ def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
 
 
 def test_cli_csv(sweep, capsys):
-    assert T.main([str(sweep), "--format", "csv", "--baseline", "qkv_shared"]) == 0
+    assert main([str(sweep), "--format", "csv", "--baseline", "qkv_shared"]) == 0
     rows = csv_dicts(capsys.readouterr().out)
     assert [r["variant"] for r in rows] == ["independent", "Q=K, V separate", "Q=K=V"]
     assert rows[2]["is_baseline"] == "True" and float(rows[2]["speed_ratio"]) == 1.0
 
 
 def test_cli_terminal_and_save(sweep, capsys):
-    assert T.main([str(sweep), "--save"]) == 0
+    assert main([str(sweep), "--save"]) == 0
     out = capsys.readouterr().out
     assert "Q=K=V" in out and (sweep / "table.tex").exists()
 
 
 def test_cli_errors(tmp_path, sweep, capsys):
     (tmp_path / "empty").mkdir()
-    assert T.main([str(tmp_path / "empty")]) == 2
+    assert main([str(tmp_path / "empty")]) == 2
     assert "no result.json under" in capsys.readouterr().err
-    assert T.main([str(sweep), "--baseline", "bogus"]) == 2
+    assert main([str(sweep), "--baseline", "bogus"]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and "qkv_sharing=qk_shared" in err
     with pytest.raises(SystemExit) as e:
-        T.main([str(sweep), "--format", "html"])
+        main([str(sweep), "--format", "html"])
     assert e.value.code == 2

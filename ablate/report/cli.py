@@ -1,0 +1,88 @@
+"""``ablate-table``: the paper-style table of a (finished or partly finished) sweep directory.
+
+    ablate-table SWEEP_DIR                        # terminal table
+    ablate-table SWEEP_DIR -f latex --save        # LaTeX on stdout; table.{md,tex,csv,png} written
+    ablate-table SWEEP_DIR --bench --save         # speed from an interleaved benchmark (ablate-bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from ablate.report.formats import FORMATS, render, rich_table
+from ablate.report.plot import plot
+from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
+from ablate.report.records import BENCH_FILE, load_records
+from ablate.report.table import build_table
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ablate-table", description="Paper-style table of a (finished or partly "
+                                "finished) ablation sweep, built from its result.json records.")
+    p.add_argument("path", help="sweep directory (searched recursively for result.json)")
+    p.add_argument("--format", "-f", choices=FORMATS, default="terminal", help="output format (default: terminal)")
+    p.add_argument("--baseline", "-b", help="baseline variant: override string (qkv_sharing=independent), "
+                   "label, or value (independent); default: the experiment's baseline, else the first variant")
+    p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} into the sweep directory")
+    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
+                   help="log the table and plot to the sweep's wandb group, as a run of job_type 'table' "
+                   "(default: on when the sweep's runs were logged to wandb)")
+    p.add_argument("--bench", action="store_true", help="time all variants interleaved in this process "
+                   "(ablate-bench) and use that as the speed source")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    path = Path(args.path)
+    if not path.is_dir():
+        print(f"ablate-table: {path} is not a directory", file=sys.stderr)
+        return 2
+    records = load_records(path)
+    if not records:
+        print(f"ablate-table: no result.json under {path}", file=sys.stderr)
+        return 2
+    bench = None
+    if args.bench:
+        from ablate.bench import bench_sweep
+
+        try:
+            bench = bench_sweep(path)
+        except Exception as err:  # noqa: BLE001 - report, do not dump a traceback
+            print(f"ablate-table: --bench failed: {type(err).__name__}: {err}", file=sys.stderr)
+            return 1
+    try:
+        table = build_table(records, baseline=args.baseline, bench=bench)
+    except ValueError as err:
+        print(f"ablate-table: {err}", file=sys.stderr)
+        return 2
+
+    if args.format == "terminal":
+        from rich.console import Console
+
+        Console().print(rich_table(table))
+    else:
+        sys.stdout.write(render(table, args.format))
+
+    png = None
+    if args.save:
+        written = save_outputs(table, path)
+        if args.bench and bench is not None:  # keep the figures the saved table was built from
+            written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
+        png = written["png"]
+        print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
+    if args.wandb or (args.wandb is None and table.wandb_group):
+        with tempfile.TemporaryDirectory() as tmp:
+            png = png or plot(table, Path(tmp) / "table.png")
+            run = log_to_wandb(table, path, png)
+        if run:
+            print(f"wandb: table run in {run}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

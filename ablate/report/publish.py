@@ -1,0 +1,78 @@
+"""Where a table goes: ``table.{md,tex,csv,png}`` in the sweep directory, and the sweep's wandb group."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
+from ablate.report.plot import plot
+from ablate.report.table import SweepTable
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
+    """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir`` atomically."""
+    d = Path(sweep_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    return {
+        "markdown": write_atomic(d / "table.md", to_markdown(table)),
+        "latex": write_atomic(d / "table.tex", to_latex(table)),
+        "csv": write_atomic(d / "table.csv", to_csv(table)),
+        "png": plot(table, d / "table.png"),
+    }
+
+
+def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None) -> str | None:
+    """One ``job_type=table`` run in the sweep's wandb group: a ``wandb.Table`` plus the plot.
+
+    Returns the run's local directory, or None (with a warning) when wandb could not log: the
+    table files never depend on wandb.
+    """
+    from ablate.tracking import init_run, run_dir
+
+    group = table.wandb_group or Path(sweep_dir).resolve().name
+    config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
+              "metric": table.metric, "experiment": table.experiment, "sweep_dir": str(sweep_dir),
+              "significance_test": table.significance_test, "eval_lengths": table.eval_lengths}
+    try:
+        import wandb
+
+        run = init_run(name=f"table-{group}", group=group, job_type="table", config=config, dir=sweep_dir,
+                       project=table.wandb_project, tags=["table"])
+    except Exception as err:  # noqa: BLE001 - wandb must never break the table
+        warnings.warn(f"wandb: could not start the table run: {err}", stacklevel=2)
+        return None
+    try:
+        data = [[v if not isinstance(v, float) or math.isfinite(v) else None for v in row] for row in csv_rows(table)]
+        payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
+        if png_path is not None and Path(png_path).is_file():
+            payload["ablation_plot"] = wandb.Image(str(png_path), caption=table.caption())
+        run.log(payload)
+        run.summary.update({
+            "baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
+            "speed_note": table.speed_note, "metric": table.metric, "significance_test": table.significance_test,
+            "n_variants": len(table.rows), "n_runs": table.n_records,
+        })
+        return run_dir(run)
+    except Exception as err:  # noqa: BLE001
+        warnings.warn(f"wandb: could not log the table: {err}", stacklevel=2)
+        return None
+    finally:
+        run.finish()

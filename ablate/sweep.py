@@ -1,0 +1,184 @@
+"""A sweep's jobs and variants: the one definition of both.
+
+A *job* is one list of Hydra overrides (``qkv_sharing=qk_shared seed=1 ...``). A *variant* is
+what a job's overrides say once the seed is set aside: the job's overrides of the sweep's swept
+keys, without ``seed``, ``experiment=`` and ``hydra...`` keys. The swept keys are those recorded
+in the sweep's ``sweep.json`` at its start; where there is none (records copied out of their
+sweep, another sweeper), the keys whose values vary across the records. A single run outside a
+sweep has no swept keys to go by: all its overrides but those three make its variant.
+
+Every consumer names a variant by :func:`variant_key` (sorted ``key=value`` pairs joined by
+``,``): the wandb ``job_type`` of a job (``ablate.run``), the rows of the table
+(``ablate.report``) and the keys of ``bench.json`` (``ablate.bench``), so the three always agree.
+
+This module imports nothing of the training, report or entry-point modules.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from ablate.results import sort_records, write_json_atomic
+
+SWEEP_FILE = "sweep.json"
+NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides
+# ---------------------------------------------------------------------------------------------
+
+def override_key(override: str) -> str:
+    """The key an override sets, without Hydra's ``+``/``++``/``~`` prefix: ``+a.b=1`` -> ``a.b``."""
+    return str(override).split("=", 1)[0].strip().lstrip("+~")
+
+
+def is_variant_key(key: str) -> bool:
+    """False for the keys that never tell variants apart: the seed, the experiment, Hydra's own."""
+    return key not in NOT_VARIANT_KEYS and key != "hydra" and not key.startswith(("hydra/", "hydra."))
+
+
+def parse_overrides(overrides: Iterable[str] | None) -> dict[str, str]:
+    """Hydra overrides -> ``{key: value}`` in their order, without ``seed``, ``experiment=`` and ``hydra...``.
+
+    Overrides without a value (``~key``) set nothing a variant can be named by and are skipped."""
+    out: dict[str, str] = {}
+    for item in overrides or []:
+        item = str(item).strip()
+        if "=" not in item:
+            continue
+        key, value = override_key(item), item.split("=", 1)[1].strip()
+        if is_variant_key(key):
+            out[key] = value
+    return out
+
+
+def split_override_string(text: str) -> dict[str, str]:
+    """``"a=1,b=2"`` or ``"a=1 b=2"`` -> ``{"a": "1", "b": "2"}`` (values may hold commas: ``[16,32]``)."""
+    parts = re.split(r"[,\s]+(?=[+~]*[\w./-]+=)", text.strip())
+    return parse_overrides(p for p in parts if p)
+
+
+def variant_key(overrides: dict[str, Any]) -> str:
+    """The canonical name of a variant: sorted ``key=value`` pairs joined by ``,``.
+
+    Sorted, so that the order keys were given in on the command line never splits one variant in
+    two. ``bench.json`` is keyed by it, and so is an experiment's ``labels`` map.
+    """
+    return ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def variant_overrides(overrides: Iterable[str] | None, swept: Iterable[str] | None = None) -> dict[str, str]:
+    """A job's variant as ``{key: value}`` (in the overrides' order): its overrides of the ``swept``
+    keys (all keys when ``swept`` is None), without ``seed``, ``experiment=`` and ``hydra...``."""
+    parsed = parse_overrides(overrides)
+    if swept is None:
+        return parsed
+    keys = {override_key(k) for k in swept}
+    return {k: v for k, v in parsed.items() if k in keys}
+
+
+def job_variant(overrides: Iterable[str] | None, swept: Iterable[str] | None = None) -> str:
+    """A job's variant by name (:func:`variant_key`), ``""`` for the defaults."""
+    return variant_key(variant_overrides(overrides, swept))
+
+
+# ---------------------------------------------------------------------------------------------
+# The jobs of a sweep and sweep.json
+# ---------------------------------------------------------------------------------------------
+
+def expand_sweep(arguments: list[str]) -> list[list[str]]:
+    """The overrides of every job that Hydra's basic sweeper makes of ``arguments`` (sweep
+    params first, then the command line's overrides), in its order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    loader = GlobalHydra.instance().config_loader() if GlobalHydra.instance().is_initialized() else None
+    parser = OverridesParser.create(config_loader=loader)
+    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)
+    return [job for batch in batches for job in batch]
+
+
+def sweep_job_overrides(config: Any) -> list[list[str]]:
+    """The overrides of every job of this multirun (its composed config, with the ``hydra`` node)."""
+    params = config.hydra.sweeper.get("params") or {}
+    return expand_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
+
+
+def swept_keys(jobs: list[list[str]]) -> list[str]:
+    """The keys that take more than one value across the jobs, in command-line order
+    (``seed`` included: ``sweep.json`` records what was swept; variants leave the seed out)."""
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = str(override).partition("=")
+            values.setdefault(override_key(key), set()).add(value)
+    return [key for key, seen in values.items() if len(seen) > 1]
+
+
+def write_sweep_file(sweep_dir: str | Path, jobs: list[list[str]]) -> Path:
+    """``<sweep_dir>/sweep.json``: ``{"swept": swept_keys(jobs), "jobs": jobs}``, written atomically."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    write_json_atomic(path, {"swept": swept_keys(jobs), "jobs": jobs})
+    return path
+
+
+def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
+    """The swept keys recorded at the start of the sweep (None when unknown)."""
+    try:
+        swept = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["swept"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [override_key(k) for k in swept] if isinstance(swept, list) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants of a set of records (the table's rows, the benchmark's variants)
+# ---------------------------------------------------------------------------------------------
+
+def varying_keys(records: list[dict]) -> set[str]:
+    """The variant keys whose value differs between some of the records (absent counts as a value)."""
+    parsed = [parse_overrides(r.get("overrides")) for r in records]
+    keys = set().union(*parsed) if parsed else set()
+    return {k for k in keys if len({p.get(k) for p in parsed}) > 1}
+
+
+def _record_sweep_dir(record: dict) -> Path | None:
+    """The directory a record's job directory sits in: its sweep's, which holds ``sweep.json``."""
+    path = record.get("_path")
+    return Path(path).parent.parent if path else None
+
+
+def records_swept_keys(records: list[dict]) -> set[str]:
+    """The swept keys of the sweep(s) the records come from: those of their ``sweep.json`` where
+    every record's sweep directory has one, else the keys whose values vary across the records."""
+    dirs = {_record_sweep_dir(r) for r in records}
+    found = [read_sweep_keys(d) for d in dirs if d is not None]
+    if records and None not in dirs and all(keys is not None for keys in found):
+        return {k for keys in found for k in keys}
+    return varying_keys(records)
+
+
+def variants(records: list[dict], swept: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """The variants of the records in sweep order: ``{variant_key: {key: value}}``.
+
+    ``swept`` defaults to :func:`records_swept_keys`."""
+    swept = records_swept_keys(records) if swept is None else set(swept)
+    out: dict[str, dict[str, str]] = {}
+    for record in sort_records(records):
+        variant = variant_overrides(record.get("overrides"), swept)
+        out.setdefault(variant_key(variant), variant)
+    return out
+
+
+def group_by_variant(records: list[dict], swept: Iterable[str] | None = None) -> dict[str, list[dict]]:
+    """``{variant_key: [its records]}`` in sweep order (the table's rows, the benchmark's variants)."""
+    swept = records_swept_keys(records) if swept is None else set(swept)
+    groups: dict[str, list[dict]] = {key: [] for key in variants(records, swept)}
+    for record in sort_records(records):
+        groups[job_variant(record.get("overrides"), swept)].append(record)
+    return groups
