@@ -12,10 +12,10 @@ whatever else ran then. Here every variant is built once, then their training st
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.paths import CONF_DIR
@@ -31,6 +31,8 @@ class _Variant:
         from ablate.run import build
 
         data, self.model, _ = build(cfg)
+        self.device = bench_device(cfg)
+        self.model.to(self.device)
         self.optimizer = make_optimizer(self.model.parameters(), cfg.optim)
         self.clip = cfg.trainer.get("gradient_clip_val")
         self._loader = data.train_dataloader
@@ -47,13 +49,26 @@ class _Variant:
 
     def step(self, timed: bool) -> None:
         from ablate.lit import train_step
+        from ablate.measure import time_call
 
-        batch = self._next_batch()
-        start = time.perf_counter()
-        train_step(self.model, self.optimizer, batch, self.clip)
+        batch = tuple(t.to(self.device, non_blocking=True) for t in self._next_batch())
+        # Synchronised at both ends: on CUDA the step's kernels run inside the interval, the
+        # previous variant's do not (a no-op on the CPU).
+        seconds = time_call(lambda: train_step(self.model, self.optimizer, batch, self.clip), self.device)
         if timed:
-            self.times.append(time.perf_counter() - start)
+            self.times.append(seconds)
             self.tokens_per_step = batch[0].numel()
+
+
+def bench_device(cfg: DictConfig) -> torch.device:
+    """The device a job of ``cfg`` trains on, as Lightning picks it from ``trainer.accelerator``
+    (``gpu``/``cuda``: the first CUDA device; ``auto``: CUDA when there is one; else the CPU)."""
+    accelerator = str(cfg.trainer.get("accelerator", "cpu")).lower()
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", 0)
+    if accelerator == "mps":
+        return torch.device("mps")
+    return torch.device("cpu")
 
 
 def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_round: int = 5,
