@@ -16,6 +16,9 @@ from omegaconf import DictConfig
 
 from ablate.config import ConfigError
 from ablate.paths import CONF_DIR
+from ablate.sweep import register_job_dir_resolver
+
+register_job_dir_resolver()  # for hydra.sweep.subdir; joblib/submitit job processes get it with Hydra's state
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")

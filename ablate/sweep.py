@@ -11,11 +11,13 @@ Every consumer names a variant by :func:`variant_key` (sorted ``key=value`` pair
 ``,``): the wandb ``job_type`` of a job (``ablate.run``), the rows of the table
 (``ablate.report``) and the keys of ``bench.json`` (``ablate.bench``), so the three always agree.
 
-This module imports nothing of the training, report or entry-point modules.
+This module also names each job's directory (:func:`job_dir_name`, Hydra's
+``hydra.sweep.subdir``), and imports nothing of the training, report or entry-point modules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -182,3 +184,92 @@ def group_by_variant(records: list[dict], swept: Iterable[str] | None = None) ->
     for record in sort_records(records):
         groups[job_variant(record.get("overrides"), swept)].append(record)
     return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# Job directories
+# ---------------------------------------------------------------------------------------------
+
+JOB_DIR_RESOLVER = "ablate_job_dir"
+READABLE_BYTES = 120     # a longer name is shortened (and gets the hash)
+VALUE_CHARS = 40         # a shortened name keeps the last this-many characters of a long value
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
+
+
+def _safe(text: str) -> str:
+    return _UNSAFE.sub("_", text)
+
+
+def _short_item(item: str, short_keys: bool) -> str:
+    key, sep, value = item.partition("=")
+    key = _safe(key)
+    if short_keys:
+        key = key.rsplit(".", 1)[-1]
+    value = _safe(value)
+    if len(value) > VALUE_CHARS:  # paths: the file name at the end is what tells jobs apart
+        value = "_" + value[-(VALUE_CHARS - 1):]
+    return key + sep + value
+
+
+def _readable(items: list[str]) -> str:
+    """A name of at most READABLE_BYTES safe characters that reads like the overrides: long values
+    cut to their end, then keys cut to their last part, then overrides left out from the last,
+    settings (dotted keys) before group choices and the seed, which ablations sweep most."""
+    for short_keys in (False, True):
+        parts = [_short_item(item, short_keys) for item in items]
+        if len(",".join(parts)) <= READABLE_BYTES:
+            return ",".join(parts)
+    keep = list(range(len(items)))
+    drop_order = [i for i in reversed(keep) if "." in override_key(items[i])]
+    drop_order += [i for i in reversed(keep) if "." not in override_key(items[i])]
+    for i in drop_order:
+        if len(keep) == 1 or len(",".join(parts[k] for k in keep)) <= READABLE_BYTES:
+            break
+        keep.remove(i)
+    return ",".join(parts[k] for k in keep)[:READABLE_BYTES]
+
+
+def job_dir_name(overrides: Iterable[str]) -> str:
+    """The directory name of a job of a sweep, from its overrides: flat, readable, unique, stable.
+
+    The overrides (``experiment=`` left out, as the sweep's; sorted as Hydra's override_dirname)
+    joined by ``,`` when that is a short name of safe characters (``[A-Za-z0-9._=,+-]``): the
+    common case reads as before. Otherwise (a path, a list, a long sweep) the name is shortened,
+    unsafe characters become ``_``, and ``-`` plus 8 hex digits of the SHA-1 of the overrides is
+    appended, so jobs never share a directory. The same overrides always give the same name:
+    a relaunched sweep finds its finished jobs. At most READABLE_BYTES + 9 bytes (far below any
+    file system's 255); never starts with ``.`` or ``-``; ``defaults`` for no overrides.
+    """
+    items = sorted(str(o).strip() for o in overrides if override_key(o) != "experiment")
+    if not items:
+        return "defaults"
+    full = ",".join(items)
+    if (len(full) <= READABLE_BYTES and not _UNSAFE.search(full) and not full.startswith((".", "-"))
+            and full.count(",") == len(items) - 1):  # a comma inside a value would be ambiguous
+        return full
+    digest = hashlib.sha1("\n".join(items).encode("utf-8")).hexdigest()[:8]
+    name = _readable(items)
+    if name.startswith((".", "-")):
+        name = "_" + name[1:]
+    return f"{name}-{digest}"
+
+
+def _job_dir_resolver(overrides: Any) -> str:
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    return job_dir_name([str(o) for o in overrides or []])
+
+
+def register_job_dir_resolver() -> None:
+    """Make ``${ablate_job_dir:${hydra.overrides.task}}`` (``hydra.sweep.subdir``) resolvable.
+
+    Hydra resolves the subdir in the process that runs the job: the ``ablate`` process itself
+    (basic launcher), a joblib worker or a submitit job. ``ablate.cli`` calls this at import, in
+    the ``ablate`` process; the other launchers do not import ``ablate.cli`` in their job processes,
+    but they restore Hydra's state there (``Singleton.set_state``), which carries every OmegaConf
+    resolver registered in the launching process (this one pickled by reference to
+    ``ablate.sweep``). Calling it again does nothing."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(JOB_DIR_RESOLVER):
+        OmegaConf.register_new_resolver(JOB_DIR_RESOLVER, _job_dir_resolver)
