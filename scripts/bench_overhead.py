@@ -29,7 +29,7 @@ import pytorch_lightning as pl
 import torch
 from hydra import compose, initialize_config_dir
 
-from ablate.cli import CONF_DIR
+from ablate.paths import CONF_DIR
 from ablate.lit import make_optimizer, train_step, warmup_cosine
 from ablate.run import _quiet_lightning, build, make_trainer
 
