@@ -240,7 +240,7 @@ def job_dir_name(overrides: Iterable[str]) -> str:
     a relaunched sweep finds its finished jobs. At most READABLE_BYTES + 9 bytes (far below any
     file system's 255); never starts with ``.`` or ``-``; ``defaults`` for no overrides.
     """
-    items = sorted(str(o).strip() for o in overrides if override_key(o) != "experiment")
+    items = sorted(o for o in (str(o).strip() for o in overrides) if o and override_key(o) != "experiment")
     if not items:
         return "defaults"
     full = ",".join(items)
