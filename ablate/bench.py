@@ -19,8 +19,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.paths import CONF_DIR
-from ablate.results import load_records, write_json_atomic
-from ablate.sweep import expand_sweep, group_by_variant, job_variant, override_key, swept_keys
+from ablate.results import write_json_atomic
+from ablate.sweep import expand_sweep, group_by_variant, job_variant, load_sweep_records, override_key, swept_keys
 
 
 class _Variant:
@@ -118,7 +118,7 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
 
 def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
     """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
-    groups = group_by_variant(load_records(Path(sweep_dir)))
+    groups = group_by_variant(load_sweep_records(Path(sweep_dir)))
     configs = {key: OmegaConf.create(runs[0]["config"]) for key, runs in groups.items()}
     baseline = next((r["experiment"]["baseline"] for runs in groups.values() for r in runs
                      if (r.get("experiment") or {}).get("baseline")), None)

@@ -7,6 +7,7 @@ Configured in ``conf/config.yaml`` under ``hydra.callbacks``, so they run with e
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import config_problems
-from ablate.sweep import sweep_job_overrides, write_sweep_file
+from ablate.sweep import REDEFINE_ENV, read_sweep_jobs, same_jobs, sweep_job_overrides, write_sweep_file
 
 
 def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
@@ -36,13 +37,41 @@ def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
     return problems
 
 
+def _refuse(lines: list[str]) -> None:
+    print("\n".join(lines), file=sys.stderr)
+    sys.exit(2)
+
+
+def _check_directory(sweep_dir: Path, jobs: list[list[str]]) -> None:
+    """A sweep directory belongs to one sweep definition: relaunching the same command resumes it;
+    another set of jobs there is refused unless asked for (``ablate --redefine``)."""
+    previous = read_sweep_jobs(sweep_dir)
+    if previous is None or same_jobs(previous, jobs) or os.environ.get(REDEFINE_ENV):
+        return
+    _refuse([f"ablate: {sweep_dir} holds another sweep ({len(previous)} jobs, e.g. "
+             f"{' '.join(previous[0]) or '(defaults)'}); this command defines {len(jobs)} other jobs "
+             f"(e.g. {' '.join(jobs[0]) or '(defaults)'}). Nothing was trained.",
+             "  Relaunch the same overrides to resume that sweep, pick another hydra.sweep.dir, or add "
+             "--redefine to run this definition there (its table then uses only its own jobs)."])
+
+
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Validate every job's composed config (exit 2 before any training if one is invalid),
-        and record which keys the sweep varies (a job's variant, its wandb job_type)."""
+        and record the sweep's jobs and the keys it varies (a job's variant, its wandb job_type).
+        This check cannot be skipped: if it cannot run at all, nothing trains either (Hydra would
+        only warn about an exception raised by a callback)."""
+        try:
+            self._check_and_record(config)
+        except Exception as error:  # noqa: BLE001 - SystemExit (a refusal) passes through
+            _refuse([f"ablate: the check of this sweep's jobs could not run ({type(error).__name__}: "
+                     f"{error}); nothing was trained"])
+
+    def _check_and_record(self, config: DictConfig) -> None:
         if config.hydra.sweeper.get("_target_", "").split(".")[-1] != "BasicSweeper":
             return  # other sweepers (e.g. optimisers) choose their jobs as they go
         jobs = sweep_job_overrides(config)
+        _check_directory(Path(config.hydra.sweep.dir), jobs)
         bad = {}
         for overrides in jobs:
             problems = job_problems(config, overrides)
@@ -52,16 +81,16 @@ class SweepCallbacks(Callback):
             lines = [f"ablate: {len(bad)} job(s) of this sweep have an invalid config; nothing was trained:"]
             for job, problems in bad.items():
                 lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
-            print("\n".join(lines), file=sys.stderr)
-            sys.exit(2)
+            _refuse(lines)
         write_sweep_file(config.hydra.sweep.dir, jobs)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Print, save and log the sweep's table; exit 1 if any job failed."""
-        from ablate.report import build_table, load_records, log_to_wandb, render, save_outputs
+        from ablate.report import build_table, log_to_wandb, render, save_outputs
+        from ablate.sweep import load_sweep_records
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        records = load_records(sweep_dir)
+        records = load_sweep_records(sweep_dir)
         if not records:
             return
         table = build_table(records)

@@ -1,6 +1,7 @@
 """Console entry point ``ablate``: Hydra composes the config from ``conf/``, one job trains.
 
-``ablate --list [--config-dir DIR]`` prints every option of every group instead.
+``ablate --list [--config-dir DIR]`` prints every option of every group instead. ``--redefine``
+lets a multirun run in a sweep directory that holds another sweep definition.
 
 ``ablate`` runs the defaults once; ``ablate -m key=a,b seed=0,1,2`` sweeps; ``ablate -m
 experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``experiments/``).
@@ -48,6 +49,13 @@ def _config_dirs(argv: list[str]) -> list[str]:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if "--redefine" in argv:  # run another sweep definition in a directory that holds one
+        import os
+
+        from ablate.sweep import REDEFINE_ENV
+
+        os.environ[REDEFINE_ENV] = "1"
+        sys.argv = [sys.argv[0], *(a for a in argv if a != "--redefine")]
     if "--list" in argv:  # every option of every group, built-in and from --config-dir
         from ablate.catalog import render
 

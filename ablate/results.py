@@ -10,6 +10,7 @@ its previous record or none: never a partial one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,25 +18,48 @@ import re
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 RESULT_FILE = "result.json"
-STATUSES = ("ok", "diverged", "failed")
+STATUSES = ("ok", "diverged", "failed", "interrupted")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` so that readers see the old file or the new one, whole."""
+def _umask_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (0o666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write; on success it is flushed to disk, given the
+    mode the umask asks for (``mkstemp`` alone would leave 0600) and renamed over ``path``, so
+    readers see the old file or the new one, whole; on failure it is removed."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` so that readers see the old file or the new one, whole."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def write_record(job_dir: str | Path, record: dict[str, Any]) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -84,6 +85,37 @@ def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
     return out
 
 
+class _InterruptWatch:
+    """Notes a Ctrl-C (SIGINT) during training, then lets it act as before (KeyboardInterrupt),
+    so the record can say ``interrupted`` rather than ``failed``: a relaunch reruns the job and
+    tables do not count it as a failure."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._previous == signal.SIG_IGN:
+            return
+        self.seen = True
+        if callable(self._previous):
+            self._previous(signum, frame)
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "_InterruptWatch":
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._handler)
+            self._previous = previous
+        except (ValueError, TypeError):  # not the main thread: signals cannot be watched here
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
     validate(cfg)
@@ -106,14 +138,19 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
 
         record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run)}
     started = time.perf_counter()
+    interrupt = _InterruptWatch()
     try:
-        train(cfg, job, run, record["metrics"])
+        with interrupt:
+            train(cfg, job, run, record["metrics"])
         record["status"] = "ok"
     except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
         from ablate.lit import Diverged
 
         if isinstance(error, Diverged):
             record["status"], record["diverged_step"] = "diverged", error.step
+        elif isinstance(error, KeyboardInterrupt) or interrupt.seen:
+            # Ctrl-C: Lightning turns it into SystemExit(1) after its own shutdown
+            record["status"] = "interrupted"
         record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
         record["traceback"] = traceback.format_exc()
         if not isinstance(error, Exception):  # KeyboardInterrupt/SystemExit: record, then stop

@@ -20,12 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-from ablate.results import sort_records, write_json_atomic
+from ablate.results import load_records, sort_records, write_json_atomic
 
 SWEEP_FILE = "sweep.json"
+#: set (by ``ablate --redefine``) to run a new sweep definition in a directory that holds another
+REDEFINE_ENV = "ABLATE_REDEFINE_SWEEP"
 NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
 
 
@@ -136,6 +139,46 @@ def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return [override_key(k) for k in swept] if isinstance(swept, list) else None
+
+
+def read_sweep_jobs(sweep_dir: str | Path) -> list[list[str]] | None:
+    """The jobs (override lists) recorded at the start of the sweep (None when unknown)."""
+    try:
+        jobs = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [[str(o) for o in job] for job in jobs] if isinstance(jobs, list) else None
+
+
+def job_signature(overrides: Iterable[str] | None) -> tuple[str, ...]:
+    """A job's identity within a sweep: its overrides, order aside."""
+    return tuple(sorted(str(o) for o in overrides or []))
+
+
+def same_jobs(a: Iterable[Iterable[str]], b: Iterable[Iterable[str]]) -> bool:
+    """Whether two sweep definitions make the same jobs."""
+    return {job_signature(j) for j in a} == {job_signature(j) for j in b}
+
+
+def sweep_records(records: list[dict], jobs: Iterable[Iterable[str]] | None) -> list[dict]:
+    """The records that are jobs of the sweep definition ``jobs`` (all of them when it is unknown):
+    a directory reused with ``--redefine`` may hold records of an earlier definition."""
+    if jobs is None:
+        return records
+    wanted = {job_signature(j) for j in jobs}
+    return [r for r in records if job_signature(r.get("overrides")) in wanted]
+
+
+def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
+    """A sweep directory's records that belong to the sweep its ``sweep.json`` defines; others
+    (left by an earlier definition) are named in a warning and left out."""
+    records = load_records(sweep_dir)
+    kept = sweep_records(records, read_sweep_jobs(sweep_dir))
+    if len(kept) < len(records):
+        warnings.warn(f"{sweep_dir}: leaving out {len(records) - len(kept)} record(s) of jobs that are not in "
+                      f"this sweep's definition ({SWEEP_FILE}): they come from an earlier sweep in this directory",
+                      stacklevel=2)
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------

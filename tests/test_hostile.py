@@ -7,6 +7,8 @@ cases users actually hit through the real `ablate`: exit 2, the key named, no re
 
 from __future__ import annotations
 
+import csv
+import io
 import random
 from pathlib import Path
 from typing import Any, Iterator
@@ -171,3 +173,63 @@ def test_utf8_bom_in_a_tsv_header_is_dropped(tmp_path: Path) -> None:
     out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert records(tmp_path / "run")[0]["status"] == "ok"
+
+
+# ---------------------------------------------------------------------------- sweeps and records
+
+def test_relaunch_with_other_overrides_is_refused_unless_redefined(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    first = ["-m", *tiny, "logger=none", f"hydra.sweep.dir={sweep}", "qkv_sharing=independent,qk_shared"]
+    assert run_cli(first, tmp_path).returncode == 0
+    other = [*first, "model.n_layers=2"]
+    out = run_cli(other, tmp_path)
+    assert out.returncode == 2 and "holds another sweep" in out.stderr and "--redefine" in out.stderr, out.stderr
+    assert len(records(sweep)) == 2  # nothing trained, nothing lost
+    out = run_cli(["--redefine", *other], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(records(sweep)) == 4
+    table = run_cli([str(sweep), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == 2 and all(r["n"] == "1" and r["status"] == "1 ok" for r in rows), table.stdout
+    assert "leaving out 2 record(s)" in table.stderr
+    # the original command now meets the new definition: refused again, not mixed
+    assert run_cli(first, tmp_path).returncode == 2
+
+
+def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import BIN, cli_env
+
+    args = [*tiny, "trainer.max_steps=1000000", "logger=none", "hydra.run.dir=run"]
+    proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "run" / ".hydra").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(6)  # validation, data and the memory pass: training is under way by now
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "interrupted", (record["status"], record["error"])
+    table = run_cli([str(tmp_path / "run"), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
+    (row,) = csv.DictReader(io.StringIO(table.stdout))
+    assert row["status"] == "1 interrupted" and row["n_failed"] == "0" and row["n"] == "0"
+
+
+def test_records_and_tables_follow_the_umask(tmp_path: Path, tiny: list[str]) -> None:
+    import subprocess
+
+    from conftest import BIN, cli_env
+
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([str(BIN / "ablate"), "-m", *tiny, "logger=none", "seed=0,1", f"hydra.sweep.dir={sweep}"],
+                         cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240, umask=0o022)
+    assert out.returncode == 0, out.stderr[-2000:]
+    files = [*sweep.rglob("result.json"), sweep / "sweep.json", *(sweep / f"table.{x}" for x in ("md", "tex", "csv", "png"))]
+    for path in files:
+        assert path.stat().st_mode & 0o777 == 0o644, (path, oct(path.stat().st_mode))

@@ -16,7 +16,8 @@ from pathlib import Path
 from ablate.report.formats import FORMATS, render, rich_table
 from ablate.report.plot import plot
 from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
-from ablate.report.records import BENCH_FILE, load_records
+from ablate.report.records import BENCH_FILE
+from ablate.sweep import load_sweep_records
 from ablate.report.table import build_table
 
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_dir():
         print(f"ablate-table: {path} is not a directory", file=sys.stderr)
         return 2
-    records = load_records(path)
+    records = load_sweep_records(path)
     if not records:
         print(f"ablate-table: no result.json under {path}", file=sys.stderr)
         return 2

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from ablate.report.formats import title
+from ablate.results import atomic_file
 from ablate.report.table import SweepTable
 
 
@@ -50,12 +49,6 @@ def plot(table: SweepTable, path: str | Path) -> Path:
             tick.set_fontweight("bold" if row.is_baseline else "normal")
     fig.suptitle(f"{title(table)} (baseline: {table.baseline})")
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -12,19 +10,12 @@ from typing import Any
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
 from ablate.report.plot import plot
 from ablate.report.table import SweepTable
+from ablate.results import write_text_atomic
 
 
 def write_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file and a rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_text_atomic(path, text)
 
 
 def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:

@@ -23,7 +23,7 @@ from ablate.report.records import bench_speeds, load_bench, sort_records
 from ablate.report.stats import SIGNIFICANCE_TEST, finite, mean, ratio, std, welch_p
 from ablate.sweep import group_by_variant, records_swept_keys, split_override_string, variant_key, variants
 
-STATUSES = ("ok", "diverged", "failed", "running")
+STATUSES = ("ok", "diverged", "failed", "interrupted", "running")
 
 
 @dataclass
