@@ -22,26 +22,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from ablate.model.attention import Attention
+from ablate.model.attention import Independent
 
 
-class SigmoidAttention(Attention):
+class SigmoidAttention(Independent):
     """Sigmoid attention with bias b = -log(n) (Ramapuram et al. 2024, ICLR 2025, §2).
 
-    Independent Q, K, V projections as ``independent`` (one fused d×3d matmul, so every
-    ``init`` scheme treats it alike); only the normalisation of the scores differs. A position
+    Independent Q, K, V projections, inherited from ``independent`` (one fused d×3d matmul, so
+    every ``init`` scheme treats it alike); only the normalisation of the scores differs. A position
     bias in ``attn_mask`` is added to the scores before the sigmoid; a key that may not be
     attended (causal future, padding, ``-inf`` in the bias, ``False`` in a boolean mask) gets
     weight exactly 0.
     """
-
-    def __init__(self, d_model: int, n_heads: int, **kw) -> None:
-        super().__init__(d_model, n_heads, **kw)
-        self._projection(("q", d_model), ("k", d_model), ("v", d_model))
-
-    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.qkv(x).split(self._sizes, dim=-1)
-        return self.heads(q), self.heads(k), self.heads(v)
 
     def forward(self, x: Tensor, pos: nn.Module, attn_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
