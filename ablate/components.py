@@ -126,10 +126,15 @@ def resolve(group: str, node: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     except Exception as error:  # noqa: BLE001 - any import failure is a config problem
         raise ComponentError(f"{group}._target_={path!r} cannot be imported: "
                              f"{type(error).__name__}: {error}") from None
-    name = node.get("name")
-    if name is not None and not isinstance(name, str) and "name" not in _parameters(target):
-        raise ComponentError(f"{group}.name={name!r} must be a string (the label records and tables show)")
     return target, settings_of(node, target)
+
+
+def label_problems(group: str, node: Mapping[str, Any]) -> list[str]:
+    """A ``name`` that cannot be a label (it must be a string), whatever the target."""
+    name = node.get("name")
+    if name is None or isinstance(name, str):
+        return []
+    return [f"{group}.name={name!r} must be a string (the label records and tables show)"]
 
 
 def settings_of(node: Mapping[str, Any], target: Any) -> dict[str, Any]:
@@ -220,6 +225,18 @@ def settings_problems(group: str, target: Any, settings: Mapping[str, Any],
     return problems
 
 
+def type_problems(group: str, target: Any, settings: Mapping[str, Any]) -> list[str]:
+    """Only the type and range checks of :func:`settings_problems`, for the keys present (used
+    when the model's shape is itself broken, so the component cannot be built to check more)."""
+    hints = _hints(target)
+    out = []
+    for key, value in settings.items():
+        problem = value_problem(value, hints[key]) if key in hints else None
+        if problem:
+            out.append(f"{group}.{key}={value!r} {problem}")
+    return out
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -301,9 +318,11 @@ def type_name(hint: Any) -> str:
 
 
 def _plural(name: str) -> str:
+    """``an integer > 0`` -> ``integers > 0``."""
     for article in ("an ", "a "):
         if name.startswith(article):
-            return name[len(article):] + "s"
+            first, _, rest = name[len(article):].partition(" ")
+            return f"{first}s {rest}".strip()
     return name
 
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
 from ablate.components import (ComponentError, Context, Range, call_problems, merge_problems, own_problems,
-                               resolve, settings_problems, value_problem)
+                               label_problems, resolve, settings_problems, type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, positions
 
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
@@ -60,6 +60,8 @@ def _attention(target: Any, settings: dict, context: Context, cfg: Mapping[str, 
 def _norm(target: Any, settings: dict, context: Context, cfg: Mapping[str, Any]) -> list[str]:
     settings = dict(settings)
     placement = settings.pop("placement", "pre")
+    if value_problem(placement, norms.Placement):  # reported already; the class's own settings still count
+        return settings_problems("norm", target, settings, {"d_model": context.d_model})
     return norms.check(target, settings, context, placement)
 
 
@@ -73,11 +75,19 @@ CONTRACTS: dict[str, Callable[[Any, dict, Context, Mapping[str, Any]], list[str]
 
 
 def _resolved(group: str, node: Any, problems: list[str]) -> tuple[Any, dict] | None:
+    problems += label_problems(group, node)
+    if group == "norm":  # the block's key: checkable whatever the norm class
+        problem = value_problem(node.get("placement", "pre"), norms.Placement)
+        if problem:
+            problems.append(f"norm.placement={node.get('placement')!r} {problem}")
     try:
-        return resolve(group, node)
+        target, settings = resolve(group, node)
     except ComponentError as error:
         problems.append(str(error))
         return None
+    if "name" in settings and not isinstance(settings["name"], str):  # a target that takes its name
+        settings = {k: v for k, v in settings.items() if k != "name"}
+    return target, settings
 
 
 def _max_len(task: Mapping[str, Any]) -> int:
@@ -108,18 +118,18 @@ def _trainer_problems(trainer: Mapping[str, Any]) -> list[str]:
 
     passed = {"logger": None, "callbacks": None, "default_root_dir": None}  # set by each job
     problems = _schema("trainer", pl.Trainer, trainer, passed)
+    named = {p.split("=")[0].split()[0].removeprefix("trainer.") for p in problems}
     steps = trainer.get("max_steps")
-    if not problems and not (isinstance(steps, int) and steps > 0):
+    if "max_steps" not in named and not (isinstance(steps, int) and steps > 0):
         problems.append(f"trainer.max_steps={steps!r} must be a positive integer (the run's length)")
-    if not problems and trainer.get("accelerator") in ("gpu", "cuda"):
+    if trainer.get("accelerator") in ("gpu", "cuda"):
         import torch
 
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available():  # and a GPU Trainer cannot be dry-built here
             problems.append(f"trainer.accelerator={trainer['accelerator']} but no CUDA device is "
                             "visible; valid here: trainer=cpu or trainer=debug")
-    if not problems:
-        problems += _trainer_dry_build(trainer)
-    return problems
+            return problems
+    return problems + _trainer_dry_build({k: v for k, v in trainer.items() if k not in named})
 
 
 def _trainer_dry_build(trainer: Mapping[str, Any]) -> list[str]:
@@ -186,26 +196,29 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
         problems.append(f"task must be a config group (a mapping with _target_), got {task!r}")
     if resolved:
         problems += _guarded("task", lambda: data.check(*resolved))
-    if problems:
-        return problems  # components are checked against a sound model, task and training setup
-
-    model = cfg["model"]
+    model = cfg.get("model")
+    model_ok = isinstance(model, Mapping) and not any(p.startswith("model") for p in problems)
     context = Context(d_model=model["d_model"], n_heads=model["n_heads"], n_layers=model["n_layers"],
-                      causal=model["causal"], max_len=_max_len(task))
+                      causal=model["causal"], max_len=_max_len(task if isinstance(task, Mapping) else {})) \
+        if model_ok else None
     for group, contract in CONTRACTS.items():
         node = cfg.get(group)
         if not isinstance(node, Mapping):
             problems.append(f"{group} must be a config group (a mapping with _target_), got {node!r}")
             continue
         resolved = _resolved(group, node, problems)
-        if resolved:
+        if resolved and context is not None:  # the whole contract, built against this model
             problems += _guarded(group, lambda: contract(*resolved, context, cfg))
+        elif resolved:  # the model's shape is broken: the settings' types only
+            problems += _guarded(group, lambda: type_problems(group, *resolved))
     node = cfg.get("init")
     resolved = _resolved("init", node, problems) if isinstance(node, Mapping) else None
     if not isinstance(node, Mapping):
         problems.append(f"init must be a config group (a mapping with _target_), got {node!r}")
-    if not problems and resolved:
+    if resolved and context is not None and not problems:
         problems += _guarded("model", lambda: _dry_run(cfg, context, *resolved))
+    elif resolved:
+        problems += _guarded("init", lambda: type_problems("init", *resolved))
     return problems
 
 

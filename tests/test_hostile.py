@@ -233,3 +233,64 @@ def test_records_and_tables_follow_the_umask(tmp_path: Path, tiny: list[str]) ->
     files = [*sweep.rglob("result.json"), sweep / "sweep.json", *(sweep / f"table.{x}" for x in ("md", "tex", "csv", "png"))]
     for path in files:
         assert path.stat().st_mode & 0o777 == 0o644, (path, oct(path.stat().st_mode))
+
+
+def _random_picks(seed: int, n: int = 6) -> list[tuple[str, Any]]:
+    """``n`` wrong-typed leaf keys of the default config at once (one value per key)."""
+    rng = random.Random(seed)
+    picks = rng.sample([c for c in CASES if not c[0] and not c[1].startswith("experiment.labels")], n)
+    return list({key: (key, bad) for _, key, bad in picks}.values())
+
+
+def _checkable(key: str, picks: list[tuple[str, Any]]) -> bool:
+    """A setting of a group whose ``_target_`` is broken too cannot be checked (no class to check
+    it against); its ``_target_``, ``name`` and ``placement`` still are."""
+    broken = {k.split(".")[0] for k, _ in picks if k.endswith("._target_")}
+    return key.split(".")[0] not in broken or key.endswith(("._target_", ".name", ".placement"))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_combinations_of_wrong_types_name_every_key(seed: int) -> None:
+    picks = _random_picks(seed)
+    cfg = compose_cfg([])
+    for key, bad in picks:
+        OmegaConf.update(cfg, key, bad, force_add=True, merge=False)
+    problems = config_problems(cfg)
+    for key, bad in picks:
+        assert not _checkable(key, picks) or keys_named(problems, key), (key, bad, picks, problems)
+
+
+def _cli_value(value: Any) -> str:
+    """A value as a Hydra command-line override writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(_cli_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_cli_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float) and value != value:
+        return "nan"
+    return str(value)
+
+
+def test_random_wrong_types_through_the_cli_exit_2_naming_every_key(tmp_path: Path) -> None:
+    """One run with a random handful of wrong-typed leaf keys of the default config at once."""
+    picks = _random_picks(7)
+    args = [f"{key}={_cli_value(bad)}" for key, bad in picks]
+    out = run_cli([*args, "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 2, (args, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert not list(tmp_path.rglob("result.json"))
+    problems = out.stderr.splitlines()
+    for key, _ in picks:
+        assert not _checkable(key, picks) or keys_named(problems, key), (key, args, out.stderr)
+
+
+def test_a_sweep_start_check_that_cannot_run_stops_the_sweep(tmp_path: Path, tiny: list[str]) -> None:
+    """Hydra only warns about an exception in a callback; ablate's sweep-start check must stop the
+    sweep instead: here sweep.json cannot be written (a file stands where the directory should be)."""
+    (tmp_path / "afile").write_text("not a directory")
+    out = run_cli(["-m", *tiny, "logger=none", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'afile' / 'sweep'}"], tmp_path)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "could not run" in out.stderr and "nothing was trained" in out.stderr, out.stderr[-2000:]
+    assert not list(tmp_path.rglob("result.json"))
