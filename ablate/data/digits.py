@@ -94,6 +94,3 @@ class Copy(DigitTask):
     @staticmethod
     def target(x):
         return x.clone()
-
-
-DIGIT_TASKS = {cls.name: cls for cls in (Reverse, Sort, Sub, Swap, Copy)}
