@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # Create .venv and install ablate with its test tools. Idempotent: reruns are quick.
+# Prerequisites, checked first (each missing one stops here with what to install):
+#   make, Python >= 3.10 with its venv module (Debian/Ubuntu: python3-venv), and on the first run
+#   access to the package index (PyPI, or PyTorch's CPU index for torch).
 # torch: a CUDA build where an NVIDIA GPU is visible; otherwise a CPU build (a CPU wheel already
 # on this machine if pip can find one offline, else PyTorch's CPU index), never the multi-GB
 # CUDA build on a CPU-only machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$python" -m venv .venv
+
+missing() {
+  echo "setup: $1" >&2
+  exit 1
+}
+command -v make >/dev/null 2>&1 ||
+  missing "'make' is not installed; install it (Debian/Ubuntu: sudo apt-get install make; macOS: xcode-select --install)"
+command -v "$python" >/dev/null 2>&1 ||
+  missing "'$python' is not on PATH; install Python >= 3.10 (or set PYTHON=/path/to/python3)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null ||
+  missing "ablate needs Python >= 3.10; '$python' is $("$python" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo unknown). Install a newer Python, or set PYTHON=/path/to/python3.11"
+if [ ! -x .venv/bin/python ]; then
+  "$python" -c 'import venv, ensurepip' 2>/dev/null ||
+    missing "'$python' has no working venv module (venv/ensurepip); install it (Debian/Ubuntu: sudo apt-get install python3-venv)"
+  "$python" -m venv .venv
+fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
@@ -26,6 +44,7 @@ fi
 
 stamp=.venv/.ablate-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "${pip[@]}" -e ".[test]"
+  "${pip[@]}" -e ".[test]" ||
+    missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
   touch "$stamp"
 fi
