@@ -15,15 +15,21 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config import config_problems
-from ablate.sweep import REDEFINE_ENV, read_sweep_jobs, same_jobs, sweep_job_overrides, write_sweep_file
+from ablate.config import apply_smoke, config_problems
+from ablate.sweep import (PLAN_ENV, REDEFINE_ENV, read_sweep_jobs, same_jobs, swept_keys, sweep_job_overrides,
+                          write_sweep_file)
+
+
+def job_config(config: DictConfig, overrides: list[str]) -> DictConfig:
+    """A job's composed config (with its ``hydra`` node), as the launcher will compose it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    return GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
 
 
 def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
-    from hydra.core.global_hydra import GlobalHydra
-
     try:
-        job_cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
+        job_cfg = job_config(config, overrides)
     except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job
         return [str(error)]
     problems = config_problems(OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]))
@@ -42,12 +48,16 @@ def _refuse(lines: list[str]) -> None:
     sys.exit(2)
 
 
-def _check_directory(sweep_dir: Path, jobs: list[list[str]]) -> None:
+def _check_directory(sweep_dir: Path, jobs: list[list[str]], planning: bool = False) -> str | None:
     """A sweep directory belongs to one sweep definition: relaunching the same command resumes it;
-    another set of jobs there is refused unless asked for (``ablate --redefine``)."""
+    another set of jobs there is refused unless asked for (``ablate --redefine``). When only
+    planning, the refusal to come is returned as a note instead."""
     previous = read_sweep_jobs(sweep_dir)
     if previous is None or same_jobs(previous, jobs) or os.environ.get(REDEFINE_ENV):
-        return
+        return None
+    if planning:
+        return (f"{sweep_dir} holds another sweep ({len(previous)} jobs): launching this one there would be "
+                "refused; add --redefine, or pick another hydra.sweep.dir")
     _refuse([f"ablate: {sweep_dir} holds another sweep ({len(previous)} jobs, e.g. "
              f"{' '.join(previous[0]) or '(defaults)'}); this command defines {len(jobs)} other jobs "
              f"(e.g. {' '.join(jobs[0]) or '(defaults)'}). Nothing was trained.",
@@ -71,7 +81,8 @@ class SweepCallbacks(Callback):
         if config.hydra.sweeper.get("_target_", "").split(".")[-1] != "BasicSweeper":
             return  # other sweepers (e.g. optimisers) choose their jobs as they go
         jobs = sweep_job_overrides(config)
-        _check_directory(Path(config.hydra.sweep.dir), jobs)
+        planning = bool(os.environ.get(PLAN_ENV))
+        note = _check_directory(Path(config.hydra.sweep.dir), jobs, planning)
         bad = {}
         for overrides in jobs:
             problems = job_problems(config, overrides)
@@ -82,6 +93,17 @@ class SweepCallbacks(Callback):
             for job, problems in bad.items():
                 lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
             _refuse(lines)
+        if planning:
+            from ablate.plan import show_plan
+
+            def load(overrides: list[str]) -> DictConfig:
+                cfg = job_config(config, overrides)
+                cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+                apply_smoke(cfg)
+                return cfg
+
+            show_plan(Path(config.hydra.sweep.dir), jobs, load, swept_keys(jobs), note)
+            sys.exit(0)
         write_sweep_file(config.hydra.sweep.dir, jobs)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

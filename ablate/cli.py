@@ -1,7 +1,9 @@
 """Console entry point ``ablate``: Hydra composes the config from ``conf/``, one job trains.
 
-``ablate --list [--config-dir DIR]`` prints every option of every group instead. ``--redefine``
-lets a multirun run in a sweep directory that holds another sweep definition.
+``ablate --list [--config-dir DIR]`` prints every option of every group instead. ``--plan``
+prints what a sweep would run (jobs, what is done already, an estimated time) and runs nothing.
+``--redefine`` lets a multirun run in a sweep directory that holds another sweep definition.
+``--smoke`` shrinks any run or sweep to a smoke test (``config.SMOKE``; one seed).
 
 ``ablate`` runs the defaults once; ``ablate -m key=a,b seed=0,1,2`` sweeps; ``ablate -m
 experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``experiments/``).
@@ -9,6 +11,7 @@ experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -17,15 +20,19 @@ from omegaconf import DictConfig
 
 from ablate.config import ConfigError
 from ablate.paths import CONF_DIR
-from ablate.sweep import register_job_dir_resolver
+from ablate.sweep import PLAN_ENV, REDEFINE_ENV, register_job_dir_resolver
 
 register_job_dir_resolver()  # for hydra.sweep.subdir; joblib/submitit job processes get it with Hydra's state
+
+
+_started: list[bool] = []  # the task function ran: Hydra composed the config
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def _main(cfg: DictConfig) -> Any:
     from ablate.run import Job, run_job
 
+    _started.append(True)
     try:
         record = run_job(cfg, Job.from_hydra())
     except ConfigError as error:
@@ -49,20 +56,87 @@ def _config_dirs(argv: list[str]) -> list[str]:
 
 def main() -> None:
     argv = sys.argv[1:]
-    if "--redefine" in argv:  # run another sweep definition in a directory that holds one
-        import os
-
-        from ablate.sweep import REDEFINE_ENV
-
-        os.environ[REDEFINE_ENV] = "1"
-        sys.argv = [sys.argv[0], *(a for a in argv if a != "--redefine")]
+    for flag, env in (("--redefine", REDEFINE_ENV), ("--plan", PLAN_ENV)):
+        if flag in argv:  # --redefine: run another sweep definition in a directory that holds one;
+            os.environ[env] = "1"  # --plan: print what the sweep would run, run nothing
+            argv = [a for a in argv if a != flag]
+            if flag == "--plan" and not {"-m", "--multirun"} & set(argv):
+                argv = ["-m", *argv]  # a single run is planned as a sweep of one job
+            sys.argv = [sys.argv[0], *argv]
+    if "--smoke" in argv:  # any run or sweep as a smoke test: few steps, a small held-out set, one seed
+        argv = [("seed=0" if a.startswith("seed=") else a) for a in argv if a != "--smoke"] + ["smoke=true"]
+        if {"-m", "--multirun"} & set(argv):
+            argv.append("++hydra.sweeper.params.seed=0")
+        sys.argv = [sys.argv[0], *argv]
     if "--list" in argv:  # every option of every group, built-in and from --config-dir
         from ablate.catalog import render
 
         print(render(_config_dirs(argv)))
         return
-    _main()
+    try:
+        _main()
+    except SystemExit as stop:
+        if stop.code == 1 and not _started:  # Hydra could not compose the config: say which key
+            problem = _unknown_key(argv)
+            if problem:
+                print(f"ablate: {problem}", file=sys.stderr)
+                sys.exit(2)
+        raise
 
 
-if __name__ == "__main__":
-    main()
+def _overrides(argv: list[str]) -> list[str]:
+    """The config overrides of a command line (flags and their values left out); a sweep's
+    values reduced to its first (enough to compose and find an unknown key)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    skip_next, out = False, []
+    for arg in argv:
+        if skip_next:
+            skip_next = False
+        elif arg in ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp"):
+            skip_next = True
+        elif not arg.startswith("-") and "=" in arg:
+            out.append(arg)
+    parsed = OverridesParser.create().parse_overrides(out)
+    return [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
+            else o.input_line for o in parsed]
+
+
+def _unknown_key(argv: list[str]) -> str | None:
+    """When overrides set keys the config does not have (``model.foo=1``): each such key and the
+    valid keys of its node; None for any other composition error (Hydra's message stands)."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    unknown: dict[str, str] = {}
+    try:
+        overrides = _overrides(argv)
+        dirs = _config_dirs(argv)
+        search = [f"hydra.searchpath=[{','.join('file://' + os.path.abspath(d) for d in dirs)}]"] if dirs else []
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            for _ in range(len(overrides) + 1):  # drop one unknown key at a time until it composes
+                rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in unknown]
+                try:
+                    cfg = compose(config_name="config", overrides=search + rest)
+                    break
+                except Exception as error:  # noqa: BLE001 - find the key Hydra could not override
+                    match = re.search(r"Could not override '([^']+)'", str(error))
+                    if not match:
+                        return None
+                    key = match.group(1)
+                    unknown[key] = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key)
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - no better message than Hydra's
+        return None
+    lines = []
+    for key, value in unknown.items():
+        parent = key.rpartition(".")[0]
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        valid = ", ".join(str(k) for k in node) if OmegaConf.is_dict(node) else "(none)"
+        lines.append(f"{key}={value} is not a key of the config; valid keys "
+                     f"{f'of {parent}' if parent else 'at the top level'}: {valid} "
+                     f"(to add a new key anyway: +{key}={value})")
+    return "\n  ".join(lines) or None

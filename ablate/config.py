@@ -27,7 +27,7 @@ from ablate.components import (ComponentError, Context, Range, call_problems, me
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, positions
 
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
-ROOT_KEYS = ("seed", "model", "experiment", "measure", *MODEL_GROUPS, "task", "optim", "trainer", "logger")
+ROOT_KEYS = ("seed", "smoke", "model", "experiment", "measure", *MODEL_GROUPS, "task", "optim", "trainer", "logger")
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
 
 
@@ -46,6 +46,22 @@ class ExperimentSettings:
     name: str | None = None
     baseline: str | None = None
     labels: dict = field(default_factory=dict)
+
+
+#: what a smoke test keeps of a run (``smoke=true``, ``ablate --smoke``): enough steps to pass
+#: through warm-up, evaluation and the table, a small held-out set
+SMOKE = {"trainer.max_steps": 20, "measure.warmup_steps": 5, "optim.warmup_steps": 5, "task.n_test": 64}
+
+
+def apply_smoke(cfg: DictConfig) -> None:
+    """Shrink ``cfg`` in place to a smoke test when ``cfg.smoke`` is true: each of ``SMOKE``'s keys
+    that the config has is capped at its value (an experiment's own budget included)."""
+    if cfg.get("smoke") is not True:
+        return
+    for key, cap in SMOKE.items():
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            OmegaConf.update(cfg, key, cap, merge=False)
 
 
 class ConfigError(ValueError):
@@ -168,6 +184,8 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     seed = value_problem(cfg.get("seed"), Seed)
     if seed:
         problems.append(f"seed={cfg.get('seed')!r} {seed}")
+    if not isinstance(cfg.get("smoke", False), bool):
+        problems.append(f"smoke={cfg.get('smoke')!r} must be true or false")
     for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
                          ("logger", LoggerSettings), ("experiment", ExperimentSettings)):
         if name in cfg:

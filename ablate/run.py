@@ -21,9 +21,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 
-from ablate.config import validate
+from ablate.config import apply_smoke, validate
 from ablate.results import read_record, write_record
-from ablate.sweep import job_variant, override_key, read_sweep_keys
+from ablate.sweep import job_variant, override_key, read_sweep_jobs, read_sweep_keys
 
 ARCHITECTURE_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
 CHOICE_GROUPS = (*ARCHITECTURE_GROUPS, "task", "optim", "trainer", "logger", "experiment")
@@ -37,29 +37,105 @@ def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
     return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
 
 
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
 class Job:
     """What a job needs to know about where it runs; built from Hydra's runtime config."""
 
     def __init__(self, job_dir: Path, overrides: list[str], choices: dict[str, str],
-                 sweep_dir: str | None, num: int | None, parallel_jobs: int = 1) -> None:
+                 sweep_dir: str | None, num: int | None, parallel_jobs: int | None = 1,
+                 torch_threads: int | None = None, launcher: str | None = None) -> None:
         self.dir, self.overrides, self.choices = job_dir, overrides, choices
         self.sweep_dir, self.num = sweep_dir, num
-        self.parallel_jobs = parallel_jobs  # jobs running at once on this machine (joblib launcher)
+        self.parallel_jobs = parallel_jobs  # jobs of this sweep that may run at once on this job's cores (None: unknown)
+        self.torch_threads = torch_threads  # this job's share of the cores (None: torch's default)
+        self.launcher = launcher            # basic | joblib | submitit_local | submitit_slurm | ... (None: single run)
+        self.cores = _cores()
+        self.started_at, self.slot_wait_s = time.time(), 0.0
+        self._slot: Any = None              # the lock file of the machine's job slot this job holds
 
     @classmethod
     def from_hydra(cls) -> "Job":
+        """The job Hydra is running. In a multirun its torch threads follow its share of the cores:
+        joblib's ``n_jobs`` processes share the machine; a submitit job gets ``cpus_per_task``
+        (``SLURM_CPUS_PER_TASK`` under SLURM); submitit's local executor starts every job at once,
+        so a local job first waits for one of the machine's ``cores // cpus_per_task`` job slots."""
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
         choices = {g: hc.runtime.choices.get(g) for g in CHOICE_GROUPS if g in hc.runtime.choices}
-        parallel = 1
-        if multirun and str(hc.launcher.get("_target_", "")).endswith("JoblibLauncher"):
-            n_jobs = int(hc.launcher.get("n_jobs") or 1)
-            parallel = max(1, (os.cpu_count() or 1) + 1 + n_jobs) if n_jobs < 0 else n_jobs  # joblib's rule
-        return cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
-                   hc.sweep.dir if multirun else None, hc.job.num if multirun else None, parallel)
+        launcher, parallel, threads, slots = None, 1, None, 0
+        if multirun:
+            launcher, parallel, threads, slots = cls._cpu_share(hc.launcher, hc.sweep.dir)
+        job = cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
+                  hc.sweep.dir if multirun else None, hc.job.num if multirun else None, parallel, threads, launcher)
+        if slots:
+            job._hold_slot(slots)
+        return job
+
+    @staticmethod
+    def _cpu_share(launcher: Any, sweep_dir: str) -> tuple[str, int | None, int | None, int]:
+        """``(launcher, parallel jobs, torch threads, job slots)`` of a multirun job: its launcher's
+        name, how many of the sweep's jobs may run at once on its cores, its torch threads (None:
+        torch's default) and how many job slots the machine has for it to wait for (0: no waiting)."""
+        target = str(launcher.get("_target_", ""))
+        cores = _cores()
+        n_jobs_swept = len(read_sweep_jobs(sweep_dir) or []) or cores * 1024  # unknown: no cap
+
+        if target.endswith("JoblibLauncher"):
+            n_jobs = int(launcher.get("n_jobs") or 1)
+            parallel = min(n_jobs_swept, max(1, cores + 1 + n_jobs) if n_jobs < 0 else n_jobs)  # joblib's rule
+            return "joblib", parallel, max(1, cores // parallel) if parallel > 1 else None, 0
+        if target.endswith("submitit_launcher.LocalLauncher"):
+            cpus = launcher.get("cpus_per_task")
+            if cpus:  # the user's share per job: cores // cpus_per_task jobs at once
+                threads = min(int(cpus), cores)
+                slots = max(1, cores // threads)
+                return "submitit_local", min(slots, n_jobs_swept), threads, slots
+            parallel = min(cores, n_jobs_swept)  # default: one core per job, the jobs' share if fewer
+            return "submitit_local", parallel, max(1, cores // parallel), cores
+        if target.endswith("SlurmLauncher"):  # SLURM allocates each job its own cpus_per_task cores
+            cpus = os.environ.get("SLURM_CPUS_PER_TASK") or launcher.get("cpus_per_task")
+            return "submitit_slurm", 1, int(cpus) if cpus else None, 0
+        if target.endswith("BasicLauncher"):  # one job after the other, in this process
+            return "basic", 1, None, 0
+        return target.rsplit(".", 1)[-1] or "unknown", None, None, 0
+
+    def _hold_slot(self, slots: int, poll_s: float = 0.2) -> None:
+        """Wait until one of the sweep's ``slots`` job slots on this machine is free, then hold it
+        until this job ends (an ``flock`` on ``<sweep>/.submitit/slots/<i>.lock``, released when
+        the process exits however it ends)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows, where submitit does not run either)
+            return
+        folder = Path(str(self.sweep_dir)) / ".submitit" / "slots"
+        folder.mkdir(parents=True, exist_ok=True)
+        waiting = time.monotonic()
+        while True:
+            for i in range(slots):
+                lock = open(folder / f"{i}.lock", "a")  # noqa: SIM115 - held open while the job runs
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    lock.close()
+                    continue
+                self._slot, self.slot_wait_s, self.started_at = lock, time.monotonic() - waiting, time.time()
+                return
+            time.sleep(poll_s)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The record's ``job`` entry: where and how this job ran."""
+        return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
+                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3)}
 
     @property
     def name(self) -> str:
@@ -118,6 +194,7 @@ class _InterruptWatch:
 
 def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
+    apply_smoke(cfg)
     validate(cfg)
     previous = read_record(job.dir)
     if previous and previous.get("status") == "ok" and previous.get("overrides") == job.overrides:
@@ -130,7 +207,7 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         "status": "failed", "overrides": job.overrides, "choices": job.choices,
         "experiment": resolved["experiment"], "config": resolved, "metrics": {}, "error": None,
         "diverged_step": None, "wandb": None,
-        "job": {"num": job.num, "dir": str(job.dir), "sweep_dir": job.sweep_dir},
+        "job": job.record_fields(),
     }
     run = _start_wandb(cfg, job, resolved, group) if rank_zero_only.rank == 0 else None
     if run is not None:
@@ -250,11 +327,12 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     from ablate.measure import SpeedMeter, measure_training_memory
 
     _quiet_lightning()
-    if job.parallel_jobs > 1:  # parallel jobs share the cores instead of each taking all of them
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // job.parallel_jobs))
+    if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
+        torch.set_num_threads(job.torch_threads)
     data, model, module = build(cfg)
     train_loader = data.train_dataloader()
-    metrics.update(metric=data.metric, params=model.num_params(), torch_threads=torch.get_num_threads())
+    metrics.update(metric=data.metric, params=model.num_params(), torch_threads=torch.get_num_threads(),
+                   concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)
     trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed], job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"

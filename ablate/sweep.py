@@ -29,6 +29,8 @@ from ablate.results import load_records, sort_records, write_json_atomic
 SWEEP_FILE = "sweep.json"
 #: set (by ``ablate --redefine``) to run a new sweep definition in a directory that holds another
 REDEFINE_ENV = "ABLATE_REDEFINE_SWEEP"
+#: set (by ``ablate --plan``) to print what a sweep would run, and run nothing
+PLAN_ENV = "ABLATE_PLAN_SWEEP"
 NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
 
 

@@ -41,7 +41,7 @@ LAYERS = {
     "records": ["ablate.results", "ablate.sweep"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
-                 "ablate.run", "ablate.bench"],
+                 "ablate.run", "ablate.bench", "ablate.plan"],
     "report": ["ablate.report"],
     "entry points": ["ablate.cli", "ablate.callbacks", "ablate.report.cli"],
 }

@@ -204,13 +204,14 @@ def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) 
 
     from conftest import BIN, cli_env
 
-    args = [*tiny, "trainer.max_steps=1000000", "logger=none", "hydra.run.dir=run"]
+    # logger=csv writes metrics.csv after its first 100 logged steps: training is under way then
+    args = [*tiny, "trainer.max_steps=1000000", "logger=csv", "hydra.run.dir=run"]
     proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "run" / ".hydra").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 180
+    while not (tmp_path / "run" / "metrics.csv").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(6)  # validation, data and the memory pass: training is under way by now
+    assert (tmp_path / "run" / "metrics.csv").exists(), "training never started"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     proc.wait(timeout=120)
     assert proc.returncode != 0
