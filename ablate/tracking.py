@@ -66,17 +66,31 @@ def wandb_mode() -> str:
 
 
 def init_run(*, name: str, group: str, job_type: str, config: dict[str, Any] | None, dir: str | Path,
-             project: str | None = None, tags: list[str] | None = None) -> Any:
-    """Start a wandb run in its own directory ``dir/wandb``; the caller must ``finish`` it."""
+             project: str | None = None, tags: list[str] | None = None, run_id: str | None = None) -> Any:
+    """Start a wandb run in its own directory ``dir/wandb``; the caller must ``finish`` it.
+
+    With ``run_id`` the run has that id and is resumed when it exists (online), so logging again
+    updates the one run rather than adding another; ``config`` then replaces the earlier values."""
     import wandb
 
     Path(dir).mkdir(parents=True, exist_ok=True)
-    return wandb.init(
+    run = wandb.init(
         project=project or os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
-        group=group, job_type=job_type, name=name, config=config, dir=str(dir), tags=tags,
-        mode=wandb_mode(), reinit="create_new",
+        group=group, job_type=job_type, name=name, config=None if run_id else config, dir=str(dir), tags=tags,
+        mode=wandb_mode(), reinit="create_new", id=run_id, resume="allow" if run_id else None,
         settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
     )
+    if run_id and config:
+        run.config.update(config, allow_val_change=True)
+    return run
+
+
+def superseded_runs(dir: str | Path, run_id: str, keep: str | Path) -> list[Path]:
+    """The local directories of the run ``run_id`` under ``dir/wandb`` other than ``keep``: those
+    of earlier logs of the same run (wandb writes each ``init`` to a new directory)."""
+    keep = Path(keep).resolve()
+    return sorted(d for d in (Path(dir) / "wandb").glob(f"*run-*-{run_id}")
+                  if d.is_dir() and not d.is_symlink() and d.resolve() != keep)
 
 
 def run_dir(run: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate.report import build_table, load_records, log_to_wandb, render, save_outputs
+from ablate.report import CSV_COLUMNS, build_table, csv_columns, load_records, log_to_wandb, render, save_outputs
 from ablate.report.cli import main
 from ablate.sweep import variant_key, variants
 
@@ -401,3 +402,88 @@ def test_cli_errors(tmp_path, sweep, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(sweep), "--format", "html"])
     assert e.value.code == 2
+
+
+# --- what the table says about its records --------------------------------------------------
+
+def test_one_evaluated_length_adds_no_length_columns(tmp_path):
+    recs = [record(i, [f"qkv_sharing={v}", f"seed={s}"], evals={16: 0.9}) for i, (v, s) in
+            enumerate((v, s) for v in ("a", "b") for s in (0, 1))]
+    t = build_table(recs)
+    header = render(t, "csv").splitlines()[0].split(",")
+    assert header == list(CSV_COLUMNS) and not [c for c in header if "@" in c]
+    assert "acc@" not in render(t, "markdown") and "acc@" not in t.caption()
+
+
+def test_tasks_with_different_metrics_say_which_metric_each_row_has(tmp_path):
+    metrics = {"reverse": "token_accuracy", "recall": "query_accuracy", "lm": "next_token_accuracy"}
+    recs, n = [], 0
+    for task, metric in metrics.items():
+        for seed in (0, 1):
+            rec = record(n, [f"task={task}", "qkv_sharing=independent", f"seed={seed}"], metric=metric)
+            rec["config"]["task"]["name"] = task
+            recs.append(rec)
+            n += 1
+    t = build_table(recs)
+    rows = {r["variant"]: r for r in csv_dicts(render(t, "csv"))}
+    assert {v: r["metric"] for v, r in rows.items()} == metrics
+    caption = t.caption()
+    for task, metric in metrics.items():
+        assert f"{metric} for task {task}" in caption, caption
+    assert "not comparable" in caption
+    for fmt in ("markdown", "latex", "terminal"):
+        assert "query" in render(t, fmt) and "next" in render(t, fmt)
+    # one metric: the caption names it, as before
+    same = build_table(qkv_records())
+    assert same.caption().startswith("token_accuracy on held-out data")
+    assert {r["metric"] for r in csv_dicts(render(same, "csv"))} == {"token_accuracy"}
+
+
+def test_smoke_test_records_make_a_smoke_table(tmp_path):
+    recs = qkv_records()
+    t = build_table(recs)
+    assert "smoke" not in t.caption().lower() and "smoke" not in render(t, "markdown").lower()
+    for r in recs:
+        r["config"]["smoke"] = True
+        r["metrics"]["steps"] = 20
+    recs[0]["config"]["smoke"] = False  # one is enough: the table is a smoke test
+    t = build_table(recs)
+    assert t.caption().startswith("SMOKE TEST (20 steps, seed 0), not a result;"), t.caption()
+    for fmt in ("markdown", "latex", "terminal"):
+        out = render(t, fmt)
+        assert "SMOKE TEST" in out and "not a result" in out
+    for r in recs:
+        r["config"]["seed"] = int(r["overrides"][2].split("=")[1])
+    assert "20 steps, seeds 0, 1, 2" in build_table(recs).caption()
+
+
+def test_jobs_that_shared_the_cores_are_named_in_the_caption(tmp_path):
+    recs = qkv_records()
+    assert "shared the machine" not in build_table(recs).caption()
+    for r in recs:
+        r["metrics"].update(concurrent_jobs=1, torch_threads=2, cpu_cores=2)
+    assert "shared the machine" not in build_table(recs).caption()
+    for r in recs:
+        r["metrics"].update(concurrent_jobs=2, torch_threads=1, cpu_cores=2)
+    caption = build_table(recs).caption()
+    assert ("jobs shared the machine: up to 2 ran at once on 2 cores, 1 torch thread each, so the speed "
+            "ratios come from runs competing for the CPU") in caption, caption
+    assert "--bench" in caption and "more threads than cores" not in caption
+    for r in recs:
+        r["metrics"].update(concurrent_jobs=10, torch_threads=1)
+    assert "up to 10 ran at once on 2 cores, 1 torch thread each (more threads than cores)" in build_table(recs).caption()
+    # an interleaved benchmark is the speed source: the runs' own timings are not shown
+    assert "shared the machine" not in build_table(recs, bench=bench_json()).caption()
+
+
+def test_readme_documents_the_csv_columns():
+    """README.md's paragraph that starts with "The CSV has the columns" names every column a table
+    of a sweep with one evaluated length has, in order, each in backquotes (``acc@L`` ones aside)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)]
+    found = [p for p in paragraphs if p.startswith("The CSV has the columns")]
+    assert len(found) == 1, ("README.md needs one paragraph starting with 'The CSV has the columns', "
+                             "then every column in backquotes: `variant`, `accuracy_mean`, ...")
+    names = [n for n in re.findall(r"`([^`]+)`", found[0]) if re.fullmatch(r"[a-z][a-z0-9_]*", n)]
+    assert names == list(CSV_COLUMNS)
+    assert names == [c for c in csv_columns(build_table(qkv_records())) if "@" not in c]

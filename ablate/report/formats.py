@@ -1,7 +1,9 @@
 """A table as text: terminal (rich), markdown, LaTeX (booktabs) and CSV.
 
 Human formats show accuracy in percent with ± std and marks; the CSV (and the wandb.Table,
-``ablate.report.publish``) carry the raw values (fractions, None as empty) in ``CSV_COLUMNS``.
+``ablate.report.publish``) carry the raw values (fractions, None as empty) in ``CSV_COLUMNS``,
+then ``acc@L`` and ``acc@L_std`` for each evaluated length when more than one was evaluated
+(``csv_columns``). Its ``metric`` column is each row's own metric (tasks' metrics can differ).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from ablate.report.table import Row, SweepTable
 
 FORMATS = ("terminal", "markdown", "latex", "csv")
 
-# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's).
+# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's);
+# extrapolation sweeps add acc@L and acc@L_std per evaluated length (csv_columns).
 CSV_COLUMNS = [
     "variant", "accuracy_mean", "accuracy_std", "n", "speed_ratio", "memory_ratio", "params",
     "status", "loss_mean", "tokens_per_s", "memory_mib", "p_value", "n_ok", "n_diverged",
-    "n_failed", "speed_source", "metric", "n_running", "overrides", "is_baseline",
+    "n_failed", "speed_source", "metric", "n_running", "n_interrupted", "overrides", "is_baseline",
 ]
 
 DASH = "–"
@@ -60,8 +63,9 @@ def _cells(t: SweepTable, row: Row, pm: str = " ± ", times: str = "x") -> list[
 
 
 def title(t: SweepTable) -> str:
-    """The table's title: the experiment's name when it has one."""
-    return f"Ablation: {t.experiment}" if t.experiment else "Ablation"
+    """The table's title: the experiment's name when it has one; a smoke test says so."""
+    name = f"Ablation: {t.experiment}" if t.experiment else "Ablation"
+    return f"{name} (smoke test, not a result)" if t.smoke else name
 
 
 def rich_table(t: SweepTable):
@@ -133,8 +137,9 @@ def to_latex(t: SweepTable) -> str:
 
 
 def csv_columns(t: SweepTable) -> list[str]:
+    """``CSV_COLUMNS``, then ``acc@L`` and ``acc@L_std`` per evaluated length when there are several."""
     cols = list(CSV_COLUMNS)
-    for L in t.eval_lengths:
+    for L in t.length_columns:
         cols += [f"acc@{L}", f"acc@{L}_std"]
     return cols
 
@@ -145,9 +150,9 @@ def csv_rows(t: SweepTable) -> list[list[Any]]:
     for r in t.rows:
         values = [r.label, r.accuracy_mean, r.accuracy_std, r.n, r.speed_ratio, r.memory_ratio, r.params,
                   r.status, r.loss_mean, r.tokens_per_s, r.memory_mib, r.p_value, r.n,
-                  r.counts.get("diverged", 0), r.counts.get("failed", 0), t.speed_source, t.metric,
-                  r.counts.get("running", 0), r.key, r.is_baseline]
-        for L in t.eval_lengths:
+                  r.counts.get("diverged", 0), r.counts.get("failed", 0), t.speed_source, r.metric or t.metric,
+                  r.counts.get("running", 0), r.counts.get("interrupted", 0), r.key, r.is_baseline]
+        for L in t.length_columns:
             values += list(r.eval.get(L, (None, None)))
         out.append(values)
     return out

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,26 +32,40 @@ def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
     }
 
 
-def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None) -> str | None:
-    """One ``job_type=table`` run in the sweep's wandb group: a ``wandb.Table`` plus the plot.
+def table_run_id(sweep_dir: str | Path, group: str) -> str:
+    """The wandb run id of a sweep's table: the same for every table of the sweep (the end of the
+    sweep, each ``ablate-table``), from the sweep directory's resolved path and the wandb group."""
+    key = f"{Path(sweep_dir).resolve()}\n{group}"
+    return f"table-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
+
+def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None) -> str | None:
+    """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` plus the plot.
+
+    Every table of a sweep logs to the same run (``table_run_id``): online it is resumed and its
+    summary holds the latest table; offline each log is a new local directory, so once the new
+    one is complete the earlier directories of that run are removed (they hold only superseded
+    tables, and ``wandb sync`` of the sweep then uploads the latest table once).
     Returns the run's local directory, or None (with a warning) when wandb could not log: the
     table files never depend on wandb.
     """
-    from ablate.tracking import init_run, run_dir
+    from ablate.tracking import init_run, run_dir, superseded_runs
 
     group = table.wandb_group or Path(sweep_dir).resolve().name
+    run_id = table_run_id(sweep_dir, group)
     config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
-              "metric": table.metric, "experiment": table.experiment, "sweep_dir": str(sweep_dir),
-              "significance_test": table.significance_test, "eval_lengths": table.eval_lengths}
+              "metric": table.metric, "experiment": table.experiment, "sweep_dir": str(Path(sweep_dir).resolve()),
+              "significance_test": table.significance_test, "eval_lengths": table.eval_lengths,
+              "smoke": bool(table.smoke)}
     try:
         import wandb
 
         run = init_run(name=f"table-{group}", group=group, job_type="table", config=config, dir=sweep_dir,
-                       project=table.wandb_project, tags=["table"])
+                       project=table.wandb_project, tags=["table"], run_id=run_id)
     except Exception as err:  # noqa: BLE001 - wandb must never break the table
         warnings.warn(f"wandb: could not start the table run: {err}", stacklevel=2)
         return None
+    logged = None
     try:
         data = [[v if not isinstance(v, float) or math.isfinite(v) else None for v in row] for row in csv_rows(table)]
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
@@ -59,11 +75,15 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         run.summary.update({
             "baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
             "speed_note": table.speed_note, "metric": table.metric, "significance_test": table.significance_test,
-            "n_variants": len(table.rows), "n_runs": table.n_records,
+            "n_variants": len(table.rows), "n_runs": table.n_records, "caption": table.caption(),
+            "smoke": bool(table.smoke), "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
         })
-        return run_dir(run)
+        logged = run_dir(run)
     except Exception as err:  # noqa: BLE001
         warnings.warn(f"wandb: could not log the table: {err}", stacklevel=2)
-        return None
     finally:
         run.finish()
+    if logged is not None:  # the new run is complete: drop the local copies it supersedes
+        for old in superseded_runs(sweep_dir, run_id, logged):
+            shutil.rmtree(old, ignore_errors=True)
+    return logged

@@ -3,13 +3,19 @@
 * accuracy: mean ± sample std (ddof=1) over the ``ok`` runs of the variant, with a Welch
   t-test (``scipy.stats.ttest_ind(equal_var=False)``, two-sided) against the baseline's
   accuracies: ``*`` p<0.05, ``**`` p<0.01;
-* one ``acc@L`` column per evaluated length for length-extrapolation sweeps;
+* one ``acc@L`` column per evaluated length for length-extrapolation sweeps (more than one
+  length evaluated);
+* the metric: what "accuracy" means is the task's (``metrics.metric``); a sweep across tasks
+  whose metrics differ says which metric each row has;
 * speed: tokens/s and its ratio to the baseline, from the runs' own per-run medians or, when a
   ``bench.json`` (``ablate-bench``) is given, from the interleaved benchmark;
 * memory: peak bytes per training step (MiB and ratio to the baseline); params; run status.
 
 Diverged and failed runs are counted in ``status`` and excluded from every mean. The rows are
 the variants of ``ablate.sweep`` (one definition of a variant for the table, wandb and bench.json).
+The caption also says when the records come from a smoke test (``smoke: true`` in their config)
+and when jobs ran at once on the same cores (their ``metrics.concurrent_jobs``), since the speeds
+of such runs come from runs competing for the CPU.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class Row:
     params: int | None = None
     p_value: float | None = None
     eval: dict[int, tuple[float | None, float | None]] = field(default_factory=dict)  # L -> (mean, std)
+    metric: str | None = None                  # what its accuracy is (its records' metrics.metric)
+    tasks: list[str] = field(default_factory=list)         # its runs' task names
 
     @property
     def n(self) -> int:
@@ -84,6 +92,8 @@ class SweepTable:
     wandb_project: str | None = None
     n_records: int = 0
     significance_test: str = SIGNIFICANCE_TEST
+    smoke: dict[str, list[int]] | None = None   # {"steps": [...], "seeds": [...]} of a smoke test's records
+    sharing: dict[str, Any] | None = None        # how jobs shared the cores, when some ran at once (_sharing)
 
     @property
     def extra_lengths(self) -> list[int]:
@@ -92,11 +102,35 @@ class SweepTable:
             return []
         return [L for L in self.eval_lengths if L != self.train_length]
 
+    @property
+    def length_columns(self) -> list[int]:
+        """The lengths of the CSV's ``acc@L`` columns: every evaluated length, when there are several."""
+        return list(self.eval_lengths) if len(self.eval_lengths) > 1 else []
+
+    @property
+    def metrics(self) -> list[str]:
+        """The rows' metrics, in row order, each once (one name unless the tasks' metrics differ)."""
+        return list(dict.fromkeys(r.metric for r in self.rows if r.metric)) or [self.metric]
+
+    def metric_note(self) -> str:
+        """What the accuracy column holds: the metric, or which metric each task (row) uses."""
+        if len(self.metrics) < 2:
+            return f"{self.metric} on held-out data (%)"
+        uses = []
+        for metric in self.metrics:
+            rows = [r for r in self.rows if r.metric == metric]
+            tasks = list(dict.fromkeys(t for r in rows for t in r.tasks))
+            by_task = tasks and not any(set(r.tasks) & set(tasks) for r in self.rows if r.metric != metric)
+            uses.append(f"{metric} for {'task ' if by_task else ''}"
+                        + ", ".join(tasks if by_task else [r.label for r in rows]))
+        return (f"accuracy: each task's own metric on held-out data (%), not comparable across metrics "
+                f"({'; '.join(uses)})")
+
     def caption(self) -> str:
         ns = sorted({r.n for r in self.rows}) or [0]
         n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]}"
         parts = [
-            f"{self.metric} on held-out data (%), mean ± sample std over seeds ({n} ok runs per variant)",
+            f"{self.metric_note()}, mean ± sample std over seeds ({n} ok runs per variant)",
             f"* p<0.05, ** p<0.01: {self.significance_test}",
             self.speed_note,
             "memory: peak bytes per training step"
@@ -104,10 +138,71 @@ class SweepTable:
             f"baseline: {self.baseline}",
             "diverged/failed runs are counted in status and excluded from means",
         ]
+        if self.sharing and self.speed_source == "records":
+            parts.insert(3, self.sharing_note())
         if self.extra_lengths:
             trained = f"trained at length {self.train_length}; " if self.train_length else ""
-            parts.insert(1, f"{trained}acc@L: {self.metric} at evaluation length L")
+            metric = self.metric if len(self.metrics) < 2 else "accuracy"
+            parts.insert(1, f"{trained}acc@L: {metric} at evaluation length L")
+        if self.smoke:
+            parts.insert(0, f"SMOKE TEST ({self.smoke_note()}), not a result")
         return "; ".join(parts) + "."
+
+    def smoke_note(self) -> str:
+        """``20 steps, seed 0``: what the smoke test's runs were."""
+        if not self.smoke:
+            return ""
+        steps, seeds = self.smoke.get("steps") or [], self.smoke.get("seeds") or []
+        out = []
+        if steps:
+            out.append(f"{_span(steps)} step{'s' if steps[-1] != 1 else ''}")
+        if seeds:
+            out.append(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
+        return ", ".join(out) or "smoke=true"
+
+    def sharing_note(self) -> str:
+        """The caption's sentence on jobs that ran at once on the same cores."""
+        s = self.sharing or {}
+        threads = s.get("threads") or []
+        each = f", {_span(threads)} torch thread{'s' if threads and threads[-1] != 1 else ''} each" if threads else ""
+        cores = f" on {s['cores']} cores" if s.get("cores") else ""
+        over = (" (more threads than cores)" if threads and s.get("cores")
+                and threads[-1] * s["jobs"] > s["cores"] else "")
+        return (f"jobs shared the machine: up to {s['jobs']} ran at once{cores}{each}{over}, so the speed "
+                "ratios come from runs competing for the CPU (`ablate-table --bench` re-times the "
+                "variants interleaved)")
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+
+
+def _smoke(records: list[dict]) -> dict[str, list[int]] | None:
+    """Steps and seeds of the records, when any of them is a smoke test (``smoke: true``)."""
+    smoke = [r for r in records if isinstance(r.get("config"), dict) and r["config"].get("smoke") is True]
+    if not smoke:
+        return None
+    steps = finite(_metric(r, "steps") for r in smoke) or finite(
+        ((r["config"].get("trainer") or {}).get("max_steps") for r in smoke))
+    seeds = finite(r["config"].get("seed") for r in smoke)
+    return {"steps": sorted({int(s) for s in steps}), "seeds": sorted({int(s) for s in seeds})}
+
+
+def _sharing(records: list[dict]) -> dict[str, Any] | None:
+    """How the ok runs' jobs shared the cores, when some ran at once (``metrics.concurrent_jobs``)."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    jobs = finite(_metric(r, "concurrent_jobs") for r in ok)
+    if not jobs or max(jobs) <= 1:
+        return None
+    cores = finite(_metric(r, "cpu_cores") for r in ok)
+    return {"jobs": int(max(jobs)), "threads": sorted({int(t) for t in finite(_metric(r, "torch_threads") for r in ok)}),
+            "cores": int(max(cores)) if cores else None}
+
+
+def _task(record: dict) -> str | None:
+    task = (record.get("config") or {}).get("task")
+    name = task.get("name") if isinstance(task, dict) else None
+    return str(name) if name else (record.get("choices") or {}).get("task")
 
 
 def _metric(record: dict, name: str) -> Any:
@@ -224,6 +319,9 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         row = Row(key=key, label=_label(ov, exp["labels"]), overrides=ov,
                   counts=dict(Counter(str(r.get("status") or "unknown") for r in runs)))
         row.accuracies = finite(_metric(r, "accuracy") for r in ok)
+        named = [str(m) for m in (_metric(r, "metric") for r in (ok or runs)) if m]
+        row.metric = " / ".join(dict.fromkeys(named)) or None
+        row.tasks = list(dict.fromkeys(t for t in map(_task, runs) if t))
         row.accuracy_mean, row.accuracy_std = mean(row.accuracies), std(row.accuracies)
         row.loss_mean = mean(finite(_metric(r, "loss") for r in ok))
         row.tokens_per_s = mean(finite(_metric(r, "tokens_per_s") for r in ok))
@@ -262,14 +360,16 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         row.p_value = None if row.is_baseline else welch_p(row.accuracies, row_base.accuracies)
 
     per_group = len(set(map(id, base_of.values()))) > 1
+    row_metrics = list(dict.fromkeys(r.metric for r in rows if r.metric))
     return SweepTable(
         rows=rows, baseline=f"{spec} (per {', '.join(_other_keys(base_of, spec))})" if per_group else base.label,
         baseline_key=base.key,
-        metric=str(_first(records, lambda r: r["metrics"]["metric"]) or "accuracy"),
+        metric=" / ".join(row_metrics) or str(_first(records, lambda r: r["metrics"]["metric"]) or "accuracy"),
         speed_source=speed_source, speed_note=speed_note, eval_lengths=lengths, train_length=train_len,
         experiment=exp.get("name"), memory_source=_first(records, lambda r: r["metrics"]["memory_source"]),
         bench_rounds=rounds, wandb_group=_first(records, lambda r: r["wandb"]["group"]),
         wandb_project=_first(records, lambda r: r["wandb"]["project"]), n_records=len(records),
+        smoke=_smoke(records), sharing=_sharing(records),
     )
 
 
