@@ -82,7 +82,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per launcher (default: 3)")
     p.add_argument("overrides", nargs="*", help="more overrides for every run (after --)")
     args = p.parse_args()
-    sweep = [*SWEEPS[args.sweep], *args.overrides]
+    by_key = {o.split("=", 1)[0]: o for o in [*SWEEPS[args.sweep], *args.overrides]}  # later ones win
+    sweep = list(by_key.values())
     print(f"sweep: ablate -m {' '.join(sweep)}  ({cores()} cores, {args.repeats} runs per launcher, alternating)")
     results: dict[str, list[dict]] = {name: [] for name in LAUNCHERS}
     for i in range(args.repeats):
