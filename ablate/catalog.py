@@ -16,7 +16,7 @@ from ablate.components import describe, import_target
 from ablate.paths import CONF_DIR
 
 #: the groups a user picks options of, in the order ``--list`` shows them
-GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger", "experiment")
+GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger", "experiment")
 
 
 @dataclass

@@ -22,9 +22,10 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
-from ablate.components import (ComponentError, Context, Range, call_problems, merge_problems, own_problems,
-                               label_problems, resolve, settings_problems, type_problems, value_problem)
-from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, positions
+from ablate.components import (ComponentError, Context, Range, call_problems, import_target, label,
+                               merge_problems, own_problems, label_problems, resolve, settings_problems,
+                               target_path, type_problems, value_problem)
+from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, patterns, positions
 
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
 ROOT_KEYS = ("seed", "smoke", "model", "experiment", "measure", *MODEL_GROUPS, "task", "optim", "trainer", "logger")
@@ -81,9 +82,26 @@ def _norm(target: Any, settings: dict, context: Context, cfg: Mapping[str, Any])
     return norms.check(target, settings, context, placement)
 
 
+def _pattern(target: Any, settings: dict, context: Context, cfg: Mapping[str, Any]) -> list[str]:
+    """The pattern's contract, and what of the model's other choices it must express: an additive
+    position bias (a ``pos_enc`` class that overrides ``Position.bias``) and ``mask_self``."""
+    pos, sharing = cfg.get("pos_enc"), cfg.get("qkv_sharing")
+    pos, sharing = (pos if isinstance(pos, Mapping) else {}), (sharing if isinstance(sharing, Mapping) else {})
+    try:
+        pos_target = import_target(target_path(pos) or "")
+        pos_bias = any(getattr(pos_target, hook, None) not in (None, getattr(positions.Position, hook))
+                       for hook in ("bias", "score_bias"))
+    except Exception:  # noqa: BLE001 - an unimportable pos_enc is named by its own check
+        pos_bias = False
+    return patterns.check(target, settings, context, pos_enc=label(pos, "?"), pos_bias=pos_bias,
+                          qkv_sharing=label(sharing, "?"), mask_self=sharing.get("mask_self") is True,
+                          name=label(cfg.get("attention") or {}))
+
+
 #: group -> the check of its kind's contract: (target, settings, model context, root config) -> problems
 CONTRACTS: dict[str, Callable[[Any, dict, Context, Mapping[str, Any]], list[str]]] = {
     "qkv_sharing": _attention,
+    "attention": _pattern,
     "pos_enc": lambda target, settings, context, cfg: positions.check(target, settings, context),
     "norm": _norm,
     "ffn": lambda target, settings, context, cfg: ffn.check(target, settings, context),

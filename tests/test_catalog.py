@@ -21,7 +21,7 @@ def _readme_row(group: str) -> set[str] | None:
 
 
 def test_readme_group_table_lists_every_builtin_option() -> None:
-    for group in ("qkv_sharing", "pos_enc", "norm", "ffn", "init", "task", "trainer", "logger", "optim"):
+    for group in ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "trainer", "logger", "optim"):
         assert _readme_row(group) == set(builtin_options(group)), group
 
 

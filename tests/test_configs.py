@@ -13,7 +13,7 @@ from ablate.config import ConfigError, config_problems, validate
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 FIXTURES = REPO / "tests" / "fixtures"
-GROUPS = ["qkv_sharing", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger"]
+GROUPS = ["qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger"]
 NEEDS_PATH = {"classify", "tagging"}
 
 
@@ -68,6 +68,16 @@ def test_invalid_combinations_are_named() -> None:
         "model.n_layers=-1": "model.n_layers=-1",
         "qkv_sharing._target_=nonsense.Attention": "qkv_sharing._target_='nonsense.Attention' cannot be imported",
         "model.d_model=16.9": r"model.d_model=16.9 must be an integer > 0",
+        "attention=linear pos_enc=alibi": "attention=linear cannot be combined with pos_enc=alibi",
+        "attention=linear pos_enc=t5_bias": "attention=linear cannot be combined with pos_enc=t5_bias",
+        "attention=linear pos_enc=kerple": "attention=linear cannot be combined with pos_enc=kerple",
+        "attention=linear pos_enc=deberta": "attention=linear cannot be combined with pos_enc=deberta",
+        "attention=linear qkv_sharing=qk_shared qkv_sharing.mask_self=true":
+            "attention=linear cannot be combined with qkv_sharing=qk_shared qkv_sharing.mask_self=true",
+        "attention=local attention.window=0": "attention.window=0 must be > 0",
+        "attention=linear attention.feature_map=relu": "attention.feature_map='relu' must be one of 'elu'",
+        "model.share_layers=3": "model.share_layers=3 is more than model.n_layers=2",
+        "model.share_layers=some": "model.share_layers='some' must be",
     }
     for overrides, message in cases.items():
         with pytest.raises(ConfigError, match=message):

@@ -18,7 +18,7 @@ from ablate.model.attention import attention_mask
 from ablate.model.positions import RoPE, XPos, alibi_slopes, t5_bucket
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = {g: builtin_options(g) for g in ("qkv_sharing", "pos_enc", "norm", "ffn", "init")}
+GROUPS = {g: builtin_options(g) for g in ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")}
 VOCAB = 11
 
 
@@ -32,13 +32,13 @@ def _one_thread():
 
 
 def make_cfg(d_model: int = 32, n_heads: int = 4, n_layers: int = 2, causal: bool = True,
-             dropout: float = 0.0, bias: bool = True, **groups) -> dict:
+             dropout: float = 0.0, bias: bool = True, share_layers="none", **groups) -> dict:
     """A root config as a plain dict; a group given as a string is that built-in option's YAML,
     one given as a dict with a built-in ``name`` that YAML with the dict's keys on top."""
     cfg = {
         "model": dict(d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
-                      dropout=dropout, bias=bias),
-        "qkv_sharing": "independent", "pos_enc": "rope", "norm": {"name": "layernorm", "placement": "pre"},
+                      dropout=dropout, bias=bias, share_layers=share_layers),
+        "qkv_sharing": "independent", "attention": "softmax", "pos_enc": "rope", "norm": {"name": "layernorm", "placement": "pre"},
         "ffn": "gelu", "init": "normal", **groups,
     }
     for group in GROUPS:
@@ -487,3 +487,137 @@ def test_init_fused_gated_ffn_blocks_get_their_own_xavier():
     model, attn, ffn, q, v = _wide("xavier", ffn={"name": "swiglu", "mult": 4, "match_params": False})
     gate, value = ffn.fc.weight.chunk(2, dim=0)
     assert _close(gate, math.sqrt(2 / 1280)) and _close(value, math.sqrt(2 / 1280))
+
+
+# ------------------------------------------------------------- cross-layer sharing (ALBERT)
+
+def _block_params(model) -> int:
+    return sum(p.numel() for p in model.blocks[0].parameters())
+
+
+def test_share_layers_all_uses_one_blocks_tensors():
+    model = build(n_layers=4, share_layers="all")
+    ptrs = {name: {p.data_ptr() for p in (getattr(b, "attn").qkv.weight, b.ffn_norm.weight)} for name, b in
+            enumerate(model.blocks)}
+    assert len({frozenset(v) for v in ptrs.values()}) == 1
+    for a, b in zip(model.blocks[0].parameters(), model.blocks[3].parameters()):
+        assert a.data_ptr() == b.data_ptr()
+
+
+def test_share_layers_all_params_are_one_block_plus_the_rest():
+    model = build(n_layers=4, share_layers="all", pos_enc="learned", max_len=16)
+    rest = sum(p.numel() for m in (model.tok_emb, model.pos, model.head, model.final_norm) for p in m.parameters())
+    assert model.num_params() == _block_params(model) + rest
+    plain = build(n_layers=4, pos_enc="learned", max_len=16)
+    assert plain.num_params() - model.num_params() == 3 * _block_params(model)
+
+
+def test_share_layers_k_shares_consecutive_layers():
+    model = build(n_layers=5, share_layers=2)
+    b = model.blocks
+    assert b[0] is b[1] and b[2] is b[3] and b[4] is not b[3] and b[1] is not b[2]
+    assert len({id(x) for x in b}) == 3
+    assert build(n_layers=5).num_params() - model.num_params() == 2 * _block_params(model)
+
+
+def test_share_layers_none_shares_nothing_and_runs_every_layer():
+    model = build(n_layers=3, share_layers="none")
+    assert len({id(x) for x in model.blocks}) == 3
+    shared = build(n_layers=3, share_layers="all").train()
+    calls = []
+    shared.blocks[0].register_forward_hook(lambda *a: calls.append(1))
+    shared(torch.randint(0, VOCAB, (2, 6))).sum().backward()
+    assert len(calls) == 3  # FLOPs unchanged: the shared block runs once per layer
+
+
+# -------------------------------------------------------------- DeBERTa's disentangled attention
+
+def _deberta(buckets=2, d=2, H=1, causal=False, max_distance=128):
+    from ablate.model.positions import DeBERTa
+
+    return DeBERTa(d, H, causal, 16, buckets=buckets, max_distance=max_distance)
+
+
+def _full_score(pos, q, k):
+    """What softmax sees: the content term (through rotate and SDPA's 1/sqrt(hd)) plus score_bias."""
+    rq, rk = pos.rotate(q, k)
+    return rq @ rk.transpose(-1, -2) / math.sqrt(q.shape[-1]) + pos.score_bias(q, k)
+
+
+def test_deberta_score_by_hand():
+    pos = _deberta()  # T=2, d=hd=2, buckets=2: δ(i, j) = 2 + clip(i - j, -2, 1)
+    with torch.no_grad():
+        pos.rel.weight.copy_(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+        pos.q_r.weight.copy_(torch.eye(2))
+        pos.k_r.weight.copy_(torch.eye(2))
+        q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])[None, None]
+        k = torch.tensor([[1.0, 1.0], [2.0, 0.0]])[None, None]
+        # A_ij = q_i·k_j + q_i·P[δ(i,j)] + k_j·P[δ(j,i)]:
+        # A_00 = 1 + 0 + 1, A_01 = 2 + 1 + 2, A_10 = 1 + 1 + 1, A_11 = 0 + 1 + 0
+        expected = torch.tensor([[2.0, 5.0], [3.0, 1.0]]) / math.sqrt(3 * 2)
+        torch.testing.assert_close(_full_score(pos, q, k)[0, 0], expected)
+
+
+def _reference_three_terms(pos, q, k):
+    """An independent, loop-by-loop DeBERTa score (He et al. 2021, eq. 4), δ clipped as in §3.1."""
+    B, H, T, hd = q.shape
+    P = pos.rel.weight
+    Kr = (P @ pos.k_r.weight.T).view(-1, H, hd)
+    Qr = (P @ pos.q_r.weight.T).view(-1, H, hd)
+    kb = pos.buckets
+
+    def delta(i, j):  # exact distances (the test keeps them within buckets/2)
+        return min(max(i - j, -kb), kb - 1) + kb
+
+    out = torch.empty(B, H, T, T, dtype=q.dtype)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    out[b, h, i, j] = (q[b, h, i] @ k[b, h, j] + q[b, h, i] @ Kr[delta(i, j), h]
+                                       + k[b, h, j] @ Qr[delta(j, i), h])
+    return out / math.sqrt(3 * hd)
+
+
+def test_deberta_matches_an_independent_three_term_score():
+    torch.manual_seed(0)
+    pos = _deberta(buckets=16, d=12, H=3).double()
+    q, k = torch.randn(2, 2, 3, 7, 4, dtype=torch.float64).unbind(0)
+    with torch.no_grad():
+        torch.testing.assert_close(_full_score(pos, q, k), _reference_three_terms(pos, q, k))
+
+
+def test_deberta_buckets_are_exact_near_and_logarithmic_far():
+    from ablate.model.positions import deberta_delta
+
+    d = deberta_delta(1, 200, buckets=8, max_distance=128, device=torch.device("cpu"))[0]  # query 199
+    rel = 199 - torch.arange(200)
+    assert all(d[rel == r].item() == 8 + r for r in range(0, 5))  # exact up to buckets/2
+    assert d.min() >= 8 and d.max() == 15  # keys at or before the query: the upper half
+    assert (d[:-1] >= d[1:]).all()  # monotone in the distance
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
+@pytest.mark.parametrize("attn", ["independent", "qk_shared", "gqa", "mqa"])
+def test_deberta_model_trains_and_counts_its_parameters(causal, attn):
+    model = build(pos_enc="deberta", causal=causal, qkv_sharing=attn).train()
+    model(torch.randint(0, VOCAB, (2, 9))).square().mean().backward()
+    assert model.pos.rel.weight.grad is not None and model.pos.q_r.weight.grad is not None
+    d, buckets = 32, 32
+    rope = build(pos_enc="rope", causal=causal, qkv_sharing=attn)
+    assert model.num_params() - rope.num_params() == 2 * buckets * d + 2 * d * d
+
+
+def test_deberta_in_a_model_is_the_three_term_score():
+    """Through Attention.forward: the same output as softmax over the reference score."""
+    torch.manual_seed(0)
+    model = build(pos_enc="deberta", causal=True, n_layers=1)
+    attn, pos = model.blocks[0].attn, model.pos
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        got = attn(x, pos, *model.mask(torch.ones(2, 6, dtype=torch.long)))
+        q, k, v = attn.project(x)
+        s = _reference_three_terms(pos, q, k).masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
+        y = s.softmax(-1) @ v
+        expected = attn.out_proj(y.transpose(1, 2).reshape(2, 6, 32))
+    torch.testing.assert_close(got, expected)

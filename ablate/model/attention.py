@@ -8,6 +8,9 @@ The contract of a ``qkv_sharing`` option (built-in or your own class, named by `
   ``pos`` is the model's position module (call ``q, k = pos.rotate(q, k)`` on (B, H, T, hd)
   queries and keys); ``attn_mask``/``is_causal`` are SDPA's arguments from ``attention_mask``,
   built once per forward (the position bias and causal/padding mask, or None and a flag);
+* ``pattern`` (attribute): the assembler sets the model's ``attention`` option there; a class
+  that does not subclass :class:`Attention` must call it as ``self.pattern(q, k, v, attn_mask,
+  is_causal, dropout)`` to combine with ``attention=local|linear`` (the default is softmax);
 * optional: ``mask_self`` (bool attribute: the model then masks each token's own key), an output
   projection named ``out_proj`` and a fused input projection whose ``roles`` tag its output rows
   (both read by the init schemes in ``init.py``), ``problems(settings, context)`` (a classmethod
@@ -32,8 +35,11 @@ mqa            [Q | K | V], one K/V head   d² + 2·d·hd + d²           Shazee
 gqa            [Q | K | V], kv_heads       d² + 2·d·kv_heads·hd + d²  Ainslie et al. 2023
 =============  ==========================  =========================  ===================
 
-All of them call ``F.scaled_dot_product_attention``; ``attention_mask`` builds, once per
-forward for all layers, the ``attn_mask`` / ``is_causal`` pair it gets.
+They produce q, k, v only: the mixing is the ``pattern`` attribute of :class:`Attention`, the
+model's ``attention`` option (``patterns.py``: softmax, local, linear), called as
+``pattern(q, k, v, attn_mask, is_causal, dropout)``, so every pattern combines with every
+sharing variant. ``attention_mask`` builds, once per forward for all layers, the
+``attn_mask`` / ``is_causal`` pair it gets.
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ from typing import Any, Mapping
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from ablate.components import Context, PositiveInt, check_module, shape_problem
+
+from .patterns import Softmax
 
 
 def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: bool = False,
@@ -77,6 +84,20 @@ def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: boo
     return bias.masked_fill(~allowed, float("-inf")), False
 
 
+def add_scores(attn_mask: Tensor | None, is_causal: bool, scores: Tensor) -> Tensor:
+    """An SDPA mask that adds ``scores`` (B, H, T, T) (a position term that depends on q and k,
+    ``Position.score_bias``) to what ``attn_mask``/``is_causal`` already allow and add."""
+    if attn_mask is None:
+        if not is_causal:
+            return scores
+        T = scores.shape[-1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=scores.device).tril()
+        return scores.masked_fill(~causal, float("-inf"))
+    if attn_mask.dtype == torch.bool:
+        return scores.masked_fill(~attn_mask, float("-inf"))
+    return scores + attn_mask
+
+
 class Attention(nn.Module):
     """Base class: subclasses create ``self.qkv`` (via ``_projection``) and ``project``.
 
@@ -93,6 +114,9 @@ class Attention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout, self.mask_self, self.use_bias = dropout, mask_self, bias
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        # How q, k, v are mixed: softmax attention unless the assembler sets the model's
+        # ``attention`` option (one module shared by every layer, see patterns.py).
+        self.pattern: nn.Module = Softmax(d_model, n_heads, False)
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
@@ -117,19 +141,13 @@ class Attention(nn.Module):
                 is_causal: bool = False) -> Tensor:
         B, T, _ = x.shape
         q, k, v = self.project(x)
+        scores = pos.score_bias(q, k) if hasattr(pos, "score_bias") else None  # deberta
         q, k = pos.rotate(q, k)
+        if scores is not None:
+            attn_mask, is_causal = add_scores(attn_mask, is_causal, scores), False
         if attn_mask is not None and attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
             attn_mask = attn_mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
-        extra = {}
-        if k.shape[1] != q.shape[1]:  # MQA/GQA: each K/V head serves a group of query heads
-            if attn_mask is None:
-                extra["enable_gqa"] = True
-            else:  # the fused masked kernels do not take groups: expand K/V instead
-                g = q.shape[1] // k.shape[1]
-                k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
-            dropout_p=self.dropout if self.training else 0.0, **extra)
+        y = self.pattern(q, k, v, attn_mask, is_causal, self.dropout if self.training else 0.0)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, self.d_model))
 
 

@@ -2,11 +2,15 @@
 
 The contract of a ``pos_enc`` option (built-in or your own class, named by ``_target_``): one
 module per model, shared by every layer, built as ``cls(d_model, n_heads, causal, max_len,
-**settings)`` (a ``max_len`` setting replaces the model's), acting through three hooks:
+**settings)`` (a ``max_len`` setting replaces the model's), acting through four hooks:
 
 * ``embed(x)``        -- (B, T, d) token embeddings -> (B, T, d) (sinusoidal, learned add to them);
 * ``rotate(q, k)``    -- (B, H, T, hd) queries and keys of every layer -> the same shapes (rope, xpos);
-* ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias, or None (alibi, t5_bias).
+* ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias, or None (alibi, t5_bias);
+* ``score_bias(q, k)`` -- an additive (B, H, q_len, k_len) score term computed from each layer's
+  queries and keys themselves (before ``rotate``), in the units of the scaled scores
+  softmax(q·k/√hd + ...) sees, or None (deberta). Attention adds it to the mask the pattern gets,
+  so every pattern that takes an additive bias (softmax, local) takes it; linear refuses it.
 
 Subclass :class:`Position`, whose hooks do nothing, and override what your scheme needs; a
 ``problems(settings, context)`` classmethod reports settings that cannot work for the model
@@ -42,6 +46,11 @@ class Position(nn.Module):
         return q, k
 
     def bias(self, q_len: int, k_len: int) -> Tensor | None:
+        return None
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
+        """An additive (B, H, q_len, k_len) score term that depends on q (B, H, T, hd) and k
+        (B, H_kv, T, hd) themselves, or None (the default: existing schemes are unaffected)."""
         return None
 
     @classmethod
@@ -300,6 +309,60 @@ class Kerple(Position):
         return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
 
 
+def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, device: torch.device) -> Tensor:
+    """δ(i, j) of DeBERTa (He et al. 2021, eq. 3), (q_len, k_len) indices into 2·``buckets``
+    relative embeddings: the distance i - j, exact up to buckets/2 and log-bucketed beyond, up
+    to ``max_distance`` (DeBERTa v2's log buckets), clipped to [-buckets, buckets) and shifted
+    by ``buckets``."""
+    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    rel = i - torch.arange(k_len, device=device)[None, :]
+    mid, far = max(buckets // 2, 1), rel.abs()
+    scale = (buckets - mid) / math.log(max(max_distance, mid + 1) / mid)
+    logged = mid + (torch.log(far.float().clamp(min=1) / mid) * scale).long()
+    bucket = torch.where(far <= mid, far, logged) * rel.sign()
+    return bucket.clamp(-buckets, buckets - 1) + buckets
+
+
+class DeBERTa(Position):
+    """DeBERTa's disentangled attention (He et al. 2021, "DeBERTa: Decoding-enhanced BERT with
+    Disentangled Attention", §3.1, eq. 2-4): content and relative position are separate vectors,
+
+        A_ij = (Q^c_i·K^c_j + Q^c_i·K^r_δ(i,j) + K^c_j·Q^r_δ(j,i)) / √(3·d_h)
+
+    with K^r = P W_k,r and Q^r = P W_q,r from 2·``buckets`` relative embeddings P (``deberta_delta``).
+    The position terms come through ``score_bias``; ``rotate`` scales the content queries by 1/√3
+    so that SDPA's 1/√d_h gives the content term its 1/√(3·d_h). P, W_k,r and W_q,r are shared by
+    all layers (the position module is one per model; DeBERTa v1 has one projection pair per
+    layer, v2 shares P). Causal models use the same score, masked (keys j <= i only)."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
+                 buckets: PositiveInt = 32, max_distance: PositiveInt = 128) -> None:
+        super().__init__(d_model, n_heads, causal, max_len)
+        self.buckets, self.max_distance = buckets, max_distance
+        self.rel = nn.Embedding(2 * buckets, d_model)
+        self.q_r = nn.Linear(d_model, d_model, bias=False)
+        self.k_r = nn.Linear(d_model, d_model, bias=False)
+
+    def delta(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        return self._cached(("delta", q_len, k_len, device),
+                            lambda: deberta_delta(q_len, k_len, self.buckets, self.max_distance, device))
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return q / math.sqrt(3.0), k
+
+    def score_bias(self, q: Tensor, k: Tensor) -> Tensor:
+        B, H, T, hd = q.shape
+        if k.shape[1] != H:  # MQA/GQA: each K head serves a group of query heads
+            k = k.repeat_interleave(H // k.shape[1], dim=1)
+        k_r = self.k_r(self.rel.weight).view(-1, H, hd).transpose(0, 1)  # (H, 2·buckets, hd)
+        q_r = self.q_r(self.rel.weight).view(-1, H, hd).transpose(0, 1)
+        delta = self.delta(T, k.shape[-2], q.device)                    # δ(i, j)
+        c2p = (q @ k_r.transpose(-1, -2)).gather(-1, delta.expand(B, H, *delta.shape))
+        # [j, i] = k_j·Q^r_δ(j,i), then transposed to [i, j] (self-attention: delta is square)
+        p2c = (k @ q_r.transpose(-1, -2)).gather(-1, delta.expand(B, H, *delta.shape)).transpose(-1, -2)
+        return (c2p + p2c) / math.sqrt(3 * hd)
+
+
 def check(target: Any, settings: Mapping[str, Any], context: Context) -> list[str]:
     """Every way ``target`` breaks the position contract for this model (empty when it keeps it)."""
     B, T, d, H = 2, min(context.max_len, 8), context.d_model, context.n_heads
@@ -312,6 +375,9 @@ def check(target: Any, settings: Mapping[str, Any], context: Context) -> list[st
         bias = pos.bias(T, T)
         if bias is not None:
             problems += shape_problem("pos_enc", target, "bias(q_len, k_len)", bias, (H, T, T))
+        scores = pos.score_bias(q, q.clone()) if hasattr(pos, "score_bias") else None
+        if scores is not None:
+            problems += shape_problem("pos_enc", target, "score_bias(q, k)", scores, (B, H, T, T))
         return problems
 
     passed = {"d_model": d, "n_heads": H, "causal": context.causal}

@@ -5,13 +5,15 @@
 
 A Block is attention then FFN, each wrapped as a residual sublayer according to the norm
 placement (pre / post / sandwich, see ``norms.py``). The position module is shared by all
-layers; the attention mask is built once per forward and reused by every layer.
+layers, and so is the attention pattern; the attention mask is built once per forward and
+reused by every layer. With ``model.share_layers`` (ALBERT) several entries of ``blocks`` are
+the same Block object: its parameters are counted once, its compute once per layer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Mapping
 
 import torch.nn as nn
 from omegaconf import OmegaConf
@@ -21,10 +23,11 @@ from ablate.components import Fraction, PositiveInt, resolve
 
 from .attention import attention_mask
 from .norms import PLACEMENTS, residual_alpha
+from .patterns import Softmax
 from .positions import Position
 
 #: the config groups that name a model component by ``_target_``, in the order they are built
-MODEL_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
+MODEL_GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")
 
 
 @dataclass
@@ -37,6 +40,29 @@ class ModelSettings:
     causal: bool
     dropout: Fraction = 0.0
     bias: bool = True   # bias in the attention projections and the head
+    # ALBERT's cross-layer sharing (Lan et al. 2020, §3.1): every k consecutive layers use one
+    # block's weights; "all" = one block for the whole stack. Parameters shrink, FLOPs do not.
+    share_layers: Literal["none", "all"] | PositiveInt = "none"
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
+        k, n = settings.get("share_layers", "none"), settings.get("n_layers")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            return []
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return [f"model.share_layers={k} layers per block cannot be checked against "
+                    f"model.n_layers={n!r} (not a positive integer)"]
+        if k > n:
+            return [f"model.share_layers={k} is more than model.n_layers={n}; "
+                    "model.share_layers=all shares one block across every layer"]
+        return []
+
+
+def layers_per_block(share_layers: Any, n_layers: int) -> int:
+    """k: how many consecutive layers share one block (``model.share_layers``)."""
+    if share_layers in (None, "none"):
+        return 1
+    return n_layers if share_layers == "all" else int(share_layers)
 
 
 class Block(nn.Module):
@@ -121,8 +147,9 @@ def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
 def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
     """The model described by the root config ``cfg``, with each module's own initialisation.
 
-    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias}`` and the groups
-    ``qkv_sharing``, ``pos_enc``, ``norm`` (+ ``placement``) and ``ffn``: each a ``_target_``
+    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers}`` and the
+    groups ``qkv_sharing``, ``attention`` (softmax when absent), ``pos_enc``, ``norm``
+    (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
     expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``.
     """
@@ -141,12 +168,25 @@ def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: in
                          f"(Wang et al. 2022); it needs norm.placement=post, got {placement!r}")
 
     pos = pos_cls(**{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
+    # one pattern for the whole model, like the position module (built-ins hold no parameters)
+    pattern_cls, pattern_kw = option(cfg, "attention") if "attention" in cfg else (Softmax, {})
+    pattern = pattern_cls(d, H, causal, **pattern_kw)
 
     def norm() -> nn.Module:
         return norm_cls(d, **norm_kw)
 
-    blocks = [Block(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw), ffn_cls(d, **ffn_kw),
-                    norm, placement, alpha, dropout) for _ in range(L)]
+    def block() -> Block:
+        attn = attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)
+        if not hasattr(attn, "pattern") and pattern_cls is not Softmax:
+            raise ValueError(f"qkv_sharing: {type(attn).__name__} has no `pattern` attribute, so it cannot "
+                             f"use attention={type(pattern).__name__.lower()}; subclass ablate.model.attention."
+                             "Attention (docs/extending.md)")
+        attn.pattern = pattern
+        return Block(attn, ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
+
+    k = layers_per_block(m.get("share_layers", "none"), L)
+    unique = [block() for _ in range(-(-L // k))]
+    blocks = [unique[i // k] for i in range(L)]  # the same module object: shared weights
     return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_layers=L,
                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
                        blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm())

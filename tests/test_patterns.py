@@ -1,0 +1,202 @@
+"""Property tests of the attention patterns (``attention=softmax|local|linear``, ablate.model.patterns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import builtin_options, records, run_cli
+from test_model import GROUPS, VOCAB, build
+
+from ablate.catalog import options
+from ablate.config import config_problems
+from ablate.model.patterns import Linear, Local, Softmax, linear_quadratic
+
+PATTERNS = builtin_options("attention")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_three_patterns_are_built_in_and_listed():
+    assert PATTERNS == ["linear", "local", "softmax"]
+    assert {o.name for o in options("attention")} == set(PATTERNS)
+
+
+# ------------------------------------------------------ every pattern with every sharing variant
+
+COMBOS = [(p, a) for p in PATTERNS for a in GROUPS["qkv_sharing"]]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
+@pytest.mark.parametrize("pattern,sharing", COMBOS, ids=[f"{p}-{a}" for p, a in COMBOS])
+def test_every_pattern_combines_with_every_sharing(pattern, sharing, causal):
+    model = build(causal=causal, attention=pattern, qkv_sharing=sharing, dropout=0.1).train()
+    assert all(b.attn.pattern is model.blocks[0].attn.pattern for b in model.blocks)  # one per model
+    out = model(torch.randint(0, VOCAB, (2, 19)))
+    assert out.shape == (2, 19, 7)
+    out.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("pos", ["rope", "learned", "none"])
+def test_every_pattern_is_causal(pattern, pos):
+    model = build(attention=pattern, pos_enc=pos, max_len=20)
+    tokens = torch.randint(0, VOCAB, (2, 20))
+    changed = tokens.clone()
+    changed[:, 12:] = (changed[:, 12:] + 1) % VOCAB
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[:, :12], model(changed)[:, :12])
+
+
+def test_softmax_pattern_is_the_plain_sdpa_path():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 9, 8).unbind(0)
+    for causal in (True, False):
+        torch.testing.assert_close(Softmax(32, 4, causal)(q, k, v, None, causal),
+                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------ local attention
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "t5_bias", "learned", "deberta"])
+@pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
+def test_local_ignores_tokens_beyond_the_window(pos, causal):
+    w, T, i = 3, 16, 8
+    model = build(causal=causal, n_layers=1, pos_enc=pos, attention={"name": "local", "window": w})
+    torch.manual_seed(2)
+    tokens = torch.randint(0, VOCAB, (2, T))
+    for j in [0, i - w - 1] + ([] if causal else [i + w + 1, T - 1]):  # farther than w from i
+        changed = tokens.clone()
+        changed[:, j] = (changed[:, j] + 1) % VOCAB
+        with torch.no_grad():
+            torch.testing.assert_close(model(tokens)[:, i], model(changed)[:, i])
+    near = tokens.clone()
+    near[:, i - w] = (near[:, i - w] + 1) % VOCAB  # inside the window: it matters
+    with torch.no_grad():
+        assert not torch.allclose(model(tokens)[:, i], model(near)[:, i])
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "kerple", "deberta"])
+@pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
+def test_local_with_a_window_as_long_as_the_input_is_softmax(pos, causal):
+    tokens = torch.randint(1, VOCAB, (2, 10))
+    tokens[1, 7:] = 0  # right padding (the encoder masks it)
+    kw = dict(causal=causal, pos_enc=pos, pad_id=0)
+    with torch.no_grad():
+        full = build(**kw)(tokens)
+        local = build(attention={"name": "local", "window": 10}, **kw)(tokens)
+    torch.testing.assert_close(local, full)
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi"])
+def test_local_keeps_padding_masked(pos):
+    model = build(causal=False, pad_id=0, attention={"name": "local", "window": 2}, pos_enc=pos)
+    tokens = torch.randint(1, VOCAB, (1, 6))
+    padded = torch.cat([tokens, torch.zeros(1, 3, dtype=torch.long)], 1)
+    with torch.no_grad():
+        short, long = model(tokens), model(padded)
+    torch.testing.assert_close(long[:, :6], short)
+    assert torch.isfinite(long).all()  # pad queries whose window holds only pads: no NaN
+
+
+def test_local_band_is_the_window():
+    band = Local(8, 2, True, window=2).band(5, torch.device("cpu"), True)
+    assert band.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0],
+                                   [0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
+    band = Local(8, 2, False, window=1).band(4, torch.device("cpu"), False)
+    assert band.int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
+
+
+# ----------------------------------------------------------------------------- linear attention
+
+@pytest.mark.parametrize("T,chunk", [(1, 4), (7, 4), (8, 4), (13, 16), (33, 5)])
+def test_linear_causal_prefix_sums_equal_the_quadratic_form(T, chunk):
+    torch.manual_seed(T)
+    q, k, v = torch.randn(3, 2, 3, T, 8, dtype=torch.float64).unbind(0)
+    pattern = Linear(24, 3, True, chunk=chunk)
+    expected = linear_quadratic(pattern.phi(q), pattern.phi(k), v, causal=True)
+    torch.testing.assert_close(pattern(q, k, v, None, True), expected)
+
+
+def test_linear_encoder_form_equals_the_quadratic_form():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 3, 11, 8, dtype=torch.float64).unbind(0)
+    pattern = Linear(24, 3, False)
+    expected = linear_quadratic(pattern.phi(q), pattern.phi(k), v, causal=False)
+    torch.testing.assert_close(pattern(q, k, v, None, False), expected)
+
+
+def test_linear_encoder_reads_a_boolean_mask_as_key_padding():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 3, 9, 8, dtype=torch.float64).unbind(0)
+    pattern = Linear(24, 3, False)
+    keep = torch.ones(2, 9, dtype=torch.bool)
+    keep[1, 6:] = False
+    mask = (keep[:, None, None, :] & torch.ones(9, 9, dtype=torch.bool))  # (B, 1, T, T), as attention_mask
+    got = pattern(q, k, v, mask, False)
+    expected = linear_quadratic(pattern.phi(q[1:]), pattern.phi(k[1:, :, :6]), v[1:, :, :6], causal=False)
+    torch.testing.assert_close(got[1:], expected)
+
+
+def test_linear_checkpointing_changes_no_gradient(monkeypatch):
+    tokens = torch.randint(0, VOCAB, (2, 12))
+
+    def grads():
+        model = build(attention="linear").train()
+        model(tokens).square().mean().backward()
+        return [p.grad for p in model.parameters()]
+
+    checkpointed = grads()
+    monkeypatch.setattr(Linear, "forward", lambda self, q, k, v, m, c, d=0.0: self.mix(q, k, v, m, c))
+    for a, b in zip(checkpointed, grads()):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("pos", ["alibi", "t5_bias", "kerple", "deberta"])
+def test_linear_refuses_additive_biases_naming_both(pos):
+    from test_model import make_cfg
+
+    cfg = {**make_cfg(attention="linear", pos_enc=pos), "task": {"_target_": "x", "seq_len": 8}}
+    problems = [p for p in config_problems(cfg) if p.startswith("attention")]
+    assert any(f"attention=linear cannot be combined with pos_enc={pos}" in p for p in problems), problems
+
+
+def test_linear_accepts_positions_it_can_express():
+    from test_model import make_cfg
+
+    for pos in ("none", "sinusoidal", "learned", "rope", "xpos"):
+        cfg = {**make_cfg(attention="linear", pos_enc=pos), "task": {"_target_": "x", "seq_len": 8}}
+        assert not [p for p in config_problems(cfg) if p.startswith("attention")], pos
+
+
+# --------------------------------------------------------------------- end to end, one line each
+
+def test_new_options_train_under_debug_in_one_command(tmp_path: Path, tiny: list[str]) -> None:
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "attention=local,linear", "model.share_layers=all", "pos_enc=rope", *tiny[:-3],
+                   "model.n_layers=2", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
+                   f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = records(sweep)
+    assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
+    listed = run_cli(["--list"], tmp_path)
+    assert listed.returncode == 0 and "attention:" in listed.stdout
+    for name in PATTERNS:
+        assert f"  {name} " in listed.stdout
+
+
+def test_deberta_trains_under_debug_in_one_command(tmp_path: Path, tiny: list[str]) -> None:
+    out = run_cli([*tiny, "pos_enc=deberta", "logger=none", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "ok"
