@@ -46,6 +46,17 @@ def wandb_run_info(run_dir: str | Path) -> dict:
     return next(json.loads(line)["run"] for line in out.stdout.splitlines() if '"type":"run"' in line)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread is fastest and immune to a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def tiny() -> list[str]:
     """Overrides for a tiny, fast model."""

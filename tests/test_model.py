@@ -22,13 +22,7 @@ GROUPS = {g: builtin_options(g) for g in ("qkv_sharing", "attention", "pos_enc",
 VOCAB = 11
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest and immune to a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_cfg(d_model: int = 32, n_heads: int = 4, n_layers: int = 2, causal: bool = True,

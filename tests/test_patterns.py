@@ -18,12 +18,7 @@ from ablate.model.patterns import Linear, Local, Softmax, linear_quadratic
 PATTERNS = builtin_options("attention")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_the_three_patterns_are_built_in_and_listed():
