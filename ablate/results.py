@@ -111,3 +111,19 @@ def load_records(sweep_dir: str | Path) -> list[dict]:
         record["_sweep_dir"] = str(sweep_dir)
         records.append(record)
     return sort_records(records)
+
+
+def jobs_at_once(records: Iterable[dict]) -> int:
+    """The most jobs that trained at the same moment: each job's training lies within
+    [job.started_at, job.started_at + metrics.wall_time_s] (started_at: when it got its share of
+    the cores); records without those two figures are left out."""
+    events = []
+    for r in records:
+        start, wall = (r.get("job") or {}).get("started_at"), (r.get("metrics") or {}).get("wall_time_s")
+        if start is not None and wall is not None:
+            events += [(start, 1), (start + wall, -1)]
+    running = most = 0
+    for _, step in sorted(events):  # at equal times an end (-1) sorts before a start
+        running += step
+        most = max(most, running)
+    return most

@@ -37,7 +37,7 @@ def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
     return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
 
 
-def _cores() -> int:
+def cpu_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one)."""
     try:
         return len(os.sched_getaffinity(0)) or 1
@@ -56,7 +56,7 @@ class Job:
         self.parallel_jobs = parallel_jobs  # jobs of this sweep that may run at once on this job's cores (None: unknown)
         self.torch_threads = torch_threads  # this job's share of the cores (None: torch's default)
         self.launcher = launcher            # basic | joblib | submitit_local | submitit_slurm | ... (None: single run)
-        self.cores = _cores()
+        self.cores = cpu_cores()
         self.started_at, self.slot_wait_s = time.time(), 0.0
         self._slot: Any = None              # the lock file of the machine's job slot this job holds
 
@@ -87,7 +87,7 @@ class Job:
         name, how many of the sweep's jobs may run at once on its cores, its torch threads (None:
         torch's default) and how many job slots the machine has for it to wait for (0: no waiting)."""
         target = str(launcher.get("_target_", ""))
-        cores = _cores()
+        cores = cpu_cores()
         n_jobs_swept = len(read_sweep_jobs(sweep_dir) or []) or cores * 1024  # unknown: no cap
 
         if target.endswith("JoblibLauncher"):

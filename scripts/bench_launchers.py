@@ -28,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from ablate.results import jobs_at_once
+from ablate.run import cpu_cores
+
 BIN = Path(sys.executable).parent
 SWEEPS = {
     # 4 variants x 2 seeds of the default byte-level LM, 6 steps each
@@ -37,26 +40,6 @@ SWEEPS = {
     "pos_enc": ["experiment=pos_enc", "trainer.max_steps=6", "measure.warmup_steps=2"],
 }
 LAUNCHERS = {"joblib": ["hydra/launcher=joblib"], "submitit_local": ["hydra/launcher=submitit_local"]}
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def most_at_once(records: list[dict]) -> int:
-    events = []
-    for r in records:
-        start, wall = r["job"].get("started_at"), r["metrics"].get("wall_time_s")
-        if start is not None and wall is not None:
-            events += [(start, 1), (start + wall, -1)]
-    running = most = 0
-    for _, step in sorted(events):
-        running += step
-        most = max(most, running)
-    return most
 
 
 def run_sweep(args: list[str], workdir: Path) -> dict:
@@ -70,7 +53,7 @@ def run_sweep(args: list[str], workdir: Path) -> dict:
         sys.exit(f"ablate failed ({out.returncode}):\n{out.stderr[-3000:]}")
     records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
     steps = [r["metrics"]["step_time_s"]["median"] for r in records if r["metrics"].get("step_time_s")]
-    return {"wall_s": wall, "jobs": len(records), "at_once": most_at_once(records),
+    return {"wall_s": wall, "jobs": len(records), "at_once": jobs_at_once(records),
             "threads": sorted({r["metrics"].get("torch_threads") for r in records}),
             "concurrent_jobs": sorted({r["metrics"].get("concurrent_jobs") for r in records}),
             "step_ms": 1000 * statistics.median(steps) if steps else float("nan")}
@@ -84,7 +67,7 @@ def main() -> None:
     args = p.parse_args()
     by_key = {o.split("=", 1)[0]: o for o in [*SWEEPS[args.sweep], *args.overrides]}  # later ones win
     sweep = list(by_key.values())
-    print(f"sweep: ablate -m {' '.join(sweep)}  ({cores()} cores, {args.repeats} runs per launcher, alternating)")
+    print(f"sweep: ablate -m {' '.join(sweep)}  ({cpu_cores()} cores, {args.repeats} runs per launcher, alternating)")
     results: dict[str, list[dict]] = {name: [] for name in LAUNCHERS}
     for i in range(args.repeats):
         for name, launcher in LAUNCHERS.items():

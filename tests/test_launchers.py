@@ -3,31 +3,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from conftest import records, run_cli
 
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def most_at_once(recs: list[dict]) -> int:
-    """The most jobs that trained at the same moment: each job's training lies within
-    [job.started_at, job.started_at + metrics.wall_time_s] (started_at: when it got its share)."""
-    events = []
-    for r in recs:
-        start = r["job"]["started_at"]
-        events += [(start, 1), (start + r["metrics"]["wall_time_s"], -1)]
-    running = most = 0
-    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same time
-        running += step
-        most = max(most, running)
-    return most
+from ablate.results import jobs_at_once
+from ablate.run import cpu_cores
 
 
 def submitit_sweep(tmp_path: Path, tiny: list[str], *extra: str) -> tuple[Path, list[dict]]:
@@ -39,29 +20,30 @@ def submitit_sweep(tmp_path: Path, tiny: list[str], *extra: str) -> tuple[Path, 
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
     assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}
+    assert all(r["job"]["started_at"] is not None and r["metrics"]["wall_time_s"] > 0 for r in recs)
     return sweep, recs
 
 
 def test_submitit_local_jobs_share_the_cores(tmp_path: Path, tiny: list[str]) -> None:
     """By default each job gets one core and as many jobs run at once as there are cores."""
     sweep, recs = submitit_sweep(tmp_path, tiny)
-    n = cores()
+    n = cpu_cores()
     for r in recs:
         m = r["metrics"]
         assert r["job"]["launcher"] == "submitit_local" and m["cpu_cores"] == n
         assert m["concurrent_jobs"] == min(n, 4)
         assert m["torch_threads"] * m["concurrent_jobs"] <= n, m
         assert m["torch_threads"] == max(1, n // min(n, 4))
-    assert most_at_once(recs) <= min(n, 4)
+    assert jobs_at_once(recs) <= min(n, 4)
     caption = (sweep / "table.md").read_text()
     if min(n, 4) > 1:
         assert f"up to {min(n, 4)} ran at once on {n} cores" in caption and "competing for the CPU" in caption
 
 
 def test_submitit_local_cpus_per_task_sets_threads_and_how_many_run_at_once(tmp_path: Path, tiny: list[str]) -> None:
-    n = cores()
+    n = cpu_cores()
     sweep, recs = submitit_sweep(tmp_path, tiny, f"hydra.launcher.cpus_per_task={n}")
     for r in recs:
         assert r["metrics"]["torch_threads"] == n and r["metrics"]["concurrent_jobs"] == 1
-    assert most_at_once(recs) == 1, "one job at a time holds all the cores"
+    assert jobs_at_once(recs) == 1, "one job at a time holds all the cores"
     assert "shared the machine" not in (sweep / "table.md").read_text()
