@@ -134,22 +134,27 @@ def write_sweep_file(sweep_dir: str | Path, jobs: list[list[str]]) -> Path:
     return path
 
 
+def _sweep_entry(sweep_dir: str | Path, key: str) -> Any:
+    """One entry of ``<sweep_dir>/sweep.json`` (None when the file or the entry is missing or unreadable)."""
+    try:
+        data = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get(key) if isinstance(data, dict) else None
+
+
 def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
     """The swept keys recorded at the start of the sweep (None when unknown)."""
-    try:
-        swept = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["swept"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    swept = _sweep_entry(sweep_dir, "swept")
     return [override_key(k) for k in swept] if isinstance(swept, list) else None
 
 
 def read_sweep_jobs(sweep_dir: str | Path) -> list[list[str]] | None:
     """The jobs (override lists) recorded at the start of the sweep (None when unknown)."""
-    try:
-        jobs = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())["jobs"]
-    except (OSError, ValueError, KeyError, TypeError):
+    jobs = _sweep_entry(sweep_dir, "jobs")
+    if not isinstance(jobs, list) or not all(isinstance(job, list) for job in jobs):
         return None
-    return [[str(o) for o in job] for job in jobs] if isinstance(jobs, list) else None
+    return [[str(o) for o in job] for job in jobs]
 
 
 def job_signature(overrides: Iterable[str] | None) -> tuple[str, ...]:
