@@ -190,15 +190,16 @@ def settings_problems(group: str, target: Any, settings: Mapping[str, Any],
     of the wrong type or out of range. ``passed``: what the assembler itself passes (never
     checked as settings, but it must bind)."""
     passed = dict(passed or {})
-    params = _parameters(target)
-    if not params and not inspect.isclass(target) and not callable(target):
+    if not inspect.isclass(target) and not callable(target):
         return [f"{group}: {qualname(target)} is not callable"]
     who = qualname(target)
     try:
-        inspect.signature(target).bind_partial(**passed)
+        signature = inspect.signature(target)
+        signature.bind_partial(**passed)
     except (TypeError, ValueError) as error:
         return [f"{group}: {who} does not take the arguments the assembler passes "
                 f"({', '.join(passed) or 'none'}): {error}; see the contract of {group} in docs/extending.md"]
+    params = signature.parameters
     problems: list[str] = []
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
     named = {n: p for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -213,7 +214,7 @@ def settings_problems(group: str, target: Any, settings: Mapping[str, Any],
             problems.append(f"{group}.{key} is required by {who}")
     if not problems:
         try:
-            inspect.signature(target).bind(**passed, **settings)
+            signature.bind(**passed, **settings)
         except TypeError as error:
             problems.append(f"{group}: {who} cannot take these settings: {error}")
     hints = _hints(target)
