@@ -22,11 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import rank_zero_only
 
 from ablate.config import apply_smoke, validate
+from ablate.model import MODEL_GROUPS
 from ablate.results import read_record, write_record
 from ablate.sweep import job_variant, override_key, read_sweep_jobs, read_sweep_keys
 
-ARCHITECTURE_GROUPS = ("qkv_sharing", "pos_enc", "norm", "ffn", "init")
-CHOICE_GROUPS = (*ARCHITECTURE_GROUPS, "task", "optim", "trainer", "logger", "experiment")
+CHOICE_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
 
 
 def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:

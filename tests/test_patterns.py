@@ -184,6 +184,7 @@ def test_new_options_train_under_debug_in_one_command(tmp_path: Path, tiny: list
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
     assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
+    assert {r["choices"]["attention"] for r in recs} == {"local", "linear"}  # the group choice is recorded
     listed = run_cli(["--list"], tmp_path)
     assert listed.returncode == 0 and "attention:" in listed.stdout
     for name in PATTERNS:
