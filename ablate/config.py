@@ -22,13 +22,14 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
-from ablate.components import (ComponentError, Context, Range, call_problems, import_target, label,
-                               merge_problems, own_problems, label_problems, resolve, settings_problems,
-                               target_path, type_problems, value_problem)
+from ablate.components import (ComponentError, Context, NonNegativeInt, PositiveFloat, Range, call_problems,
+                               import_target, label, label_problems, merge_problems, own_problems, resolve,
+                               settings_problems, target_path, type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, patterns, positions
 
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
-ROOT_KEYS = ("seed", "smoke", "model", "experiment", "measure", *MODEL_GROUPS, "task", "optim", "trainer", "logger")
+ROOT_KEYS = ("seed", "smoke", "model", "experiment", "eval", "budget", "tune", "measure", *MODEL_GROUPS, "task",
+             "optim", "trainer", "logger")
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
 
 
@@ -40,6 +41,9 @@ class LoggerSettings:
     project: str | None = None
 
 
+DESIGNS = ("one_at_a_time", "leave_one_out")
+
+
 @dataclass
 class ExperimentSettings:
     """The ``experiment`` node a named experiment fills in."""
@@ -47,6 +51,62 @@ class ExperimentSettings:
     name: str | None = None
     baseline: str | None = None
     labels: dict = field(default_factory=dict)
+    columns: str | None = None          # a swept key pivoted into the table's columns
+    rows: list[str] | None = None       # the rows shown, in order (variant keys or labels)
+    design: dict | None = None          # rows generated from a base (ablate.sweep.design_rows)
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        design = settings.get("design")
+        if design is None or not isinstance(design, Mapping):
+            return []
+        out = [f"experiment.design.{k}: not a key of a design; valid keys: kind, base, changes"
+               for k in design if k not in ("kind", "base", "changes", "base_label")]
+        if design.get("kind") not in DESIGNS:
+            out.append(f"experiment.design.kind={design.get('kind')!r}; valid choices: {', '.join(DESIGNS)}")
+        base, changes = design.get("base", {}), design.get("changes")
+        if not isinstance(base, Mapping):
+            out.append(f"experiment.design.base must map config keys to values, got {base!r}")
+        if not isinstance(changes, Mapping) or not changes:
+            out.append(f"experiment.design.changes must map each row's label to the overrides that make it "
+                       f"({{label: {{key: value}}}}), got {changes!r}")
+            return out
+        for row, overrides in changes.items():
+            if not isinstance(overrides, Mapping) or not overrides:
+                out.append(f"experiment.design.changes.{row} must map config keys to values, got {overrides!r}")
+            elif isinstance(base, Mapping) and all(base.get(k) == v for k, v in overrides.items()):
+                out.append(f"experiment.design.changes.{row} changes nothing of the base ({dict(overrides)})")
+        return out
+
+
+@dataclass
+class EvalSettings:
+    """The ``eval`` node: evaluation on the validation split during training (learning curves)."""
+
+    every: NonNegativeInt = 0
+
+
+@dataclass
+class BudgetSettings:
+    """The ``budget`` node: what every variant of a sweep gets as much of as the baseline."""
+
+    match: Literal["steps", "tokens", "flops"] = "steps"
+
+
+@dataclass
+class TuneSettings:
+    """The ``tune`` node: per-variant learning-rate tuning on the validation split."""
+
+    lr: list[PositiveFloat] = field(default_factory=list)
+    seeds: list[Seed] = field(default_factory=lambda: [0])
+    metric: Literal["loss", "accuracy"] = "loss"
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        seeds = settings.get("seeds")
+        if isinstance(seeds, list) and not seeds and settings.get("lr"):
+            return ["tune.seeds=[] gives the tuning runs no seed; e.g. tune.seeds=[0]"]
+        return []
 
 
 #: what a smoke test keeps of a run (``smoke=true``, ``ablate --smoke``): enough steps to pass
@@ -205,7 +265,8 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     if not isinstance(cfg.get("smoke", False), bool):
         problems.append(f"smoke={cfg.get('smoke')!r} must be true or false")
     for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
-                         ("logger", LoggerSettings), ("experiment", ExperimentSettings)):
+                         ("logger", LoggerSettings), ("experiment", ExperimentSettings), ("eval", EvalSettings),
+                         ("budget", BudgetSettings), ("tune", TuneSettings)):
         if name in cfg:
             problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
     if "trainer" in cfg:
