@@ -151,12 +151,13 @@ def test_digit_held_out_size():
 @pytest.mark.parametrize("name", DIGITS + ["recall", "lm"])
 def test_eval_loaders_have_their_lengths(name):
     dm = dm_for(name, seq_len=20, eval_lengths=[24, 40], batch_size=8)
-    assert dm.val_lengths == [20, 24, 40] and dm.max_len == 40
-    loaders = dm.val_dataloader()
+    assert dm.test_lengths == dm.val_lengths == [20, 24, 40] and dm.max_len == 40
+    loaders = dm.test_dataloader()
     assert len(loaders) == 3
-    for L, loader in zip(dm.val_lengths, loaders):
+    for L, loader in zip(dm.test_lengths, loaders):
         for tokens, targets in loader:
             assert tokens.shape[1] == targets.shape[1] == L
+    assert all(x.shape[1] == 20 for x, _ in dm.val_dataloader())  # validation: the training length
     tokens, _ = next(iter(dm.train_dataloader()))
     assert tokens.shape == (8, 20)
     assert dm.tokens_per_batch == 160 == dm.count_tokens((tokens, tokens))
@@ -164,11 +165,13 @@ def test_eval_loaders_have_their_lengths(name):
 
 def test_file_task_eval_lengths(tmp_path):
     dm = dm_for("classify", path=str(FIX / "classify"), seq_len=8, eval_lengths=[64])
-    for L, loader in zip([8, 64], dm.val_dataloader()):
+    for L, loader in zip([8, 64], dm.test_dataloader()):
         assert all(x.shape[1] == L for x, _ in loader)
+    assert all(x.shape[1] == 8 for x, _ in dm.val_dataloader())
     dm = dm_for("tagging", path=str(FIX / "tagging"), seq_len=4, eval_lengths=[16])
-    for L, loader in zip([4, 16], dm.val_dataloader()):
+    for L, loader in zip([4, 16], dm.test_dataloader()):
         assert all(x.shape[1] == L for x, _ in loader)
+    assert all(x.shape[1] == 4 for x, _ in dm.val_dataloader())
 
 
 # ---------------------------------------------------------------------------- recall
@@ -218,11 +221,15 @@ def test_lm_local_file_and_directory(tmp_path):
     dm = dm_for("lm", path=str(f), seq_len=32, batch_size=4)
     split = int(round(len(text) * 0.9))
     assert bytes(dm.task.held_out.tolist()) == text.encode()[split:]
+    # validation: the end of the training part, a tenth of it here (256 windows would not fit)
+    n_val = split // 10
+    assert bytes(dm.task.val_data.tolist()) == text.encode()[split - n_val:split]
     x, y = next(iter(dm.train_dataloader()))
-    assert bytes(x[0].tolist()) in text.encode()[:split]
+    assert bytes(x[0].tolist()) in text.encode()[:split - n_val]
     (tmp_path / "b.txt").write_text("second file\n" * 300)
     dm = dm_for("lm", path=str(tmp_path), seq_len=32, batch_size=4)
-    assert len(dm.task.train_data) + len(dm.task.held_out) == len(text) + 1 + len("second file\n") * 300
+    assert len(dm.task.train_data) + len(dm.task.val_data) + len(dm.task.held_out) == \
+        len(text) + 1 + len("second file\n") * 300
     with pytest.raises(ValueError, match="task.path.*does not exist"):
         dm_for("lm", path=str(tmp_path / "nope.txt"))
 
@@ -445,7 +452,10 @@ def test_lightning_fit_and_validate():
                          num_sanity_val_steps=0)
     trainer.fit(model, datamodule=dm)
     assert trainer.global_step == 6
-    assert {(0, 8), (1, 12)} == set(model.seen)
+    assert set(model.seen) == {(0, 8)}  # validation while fitting: one loader, the training length
+    model.seen.clear()
+    trainer.validate(model, dataloaders=dm.test_dataloader(), verbose=False)
+    assert set(model.seen) == {(0, 8), (1, 12)}  # the test split: one loader per length
 
 
 def test_data_parallel_ranks_get_different_streams():

@@ -9,18 +9,22 @@ what training uses.
 Every batch is ``(tokens, targets)``: LongTensors ``(B, T)``, ``targets == -100`` where nothing
 is predicted.
 
+Every task has a training stream and two held-out splits (:data:`SPLITS`): ``validation``, for
+choices made while developing, and ``test``, the reported numbers. ``Task.eval_batches(length,
+split="test")`` gives either; neither depends on the run seed.
+
 ``AblateDataModule`` is imported lazily, so checking configs does not import Lightning.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from .base import IGNORE, SyntheticTask, Task, build_task, check
+from .base import IGNORE, SPLITS, SyntheticTask, Task, build_task, check
 from .text import DEFAULT_CORPUS_MODULES
 
 if TYPE_CHECKING:
     from .datamodule import AblateDataModule
 
-__all__ = ["AblateDataModule", "build_task", "check", "Task", "SyntheticTask", "IGNORE",
+__all__ = ["AblateDataModule", "build_task", "check", "Task", "SyntheticTask", "IGNORE", "SPLITS",
            "DEFAULT_CORPUS_MODULES"]
 
 

@@ -4,22 +4,28 @@ A task turns its config keys (``conf/task/<name>.yaml``, minus ``name``) into
 
 * sizes the model needs before it is built: ``vocab_size``, ``n_classes``, ``pad_id``;
 * an unbounded, seeded stream of ready ``(tokens, targets)`` batches for training;
-* fixed held-out batches at each evaluation length.
+* two fixed held-out splits (:data:`SPLITS`): ``"validation"``, for choices made while
+  developing (learning rates, early stopping), and ``"test"``, the reported numbers. The
+  datamodule reads validation at the training length and test at every evaluation length.
 
 Batches are ``(tokens, targets)``, both ``LongTensor (B, T)``; ``targets`` holds ``-100``
 (:data:`IGNORE`) wherever nothing is predicted, so one masked cross-entropy and one accuracy
 over labelled positions serve every task.
 
 Seeding. The training stream of run ``seed`` comes from ``torch.Generator`` seeded by
-``SeedSequence([seed, TRAIN_STREAM, crc32(task)])``; held-out data comes from
-``SeedSequence([EVAL_SEED, EVAL_STREAM, crc32(task), length])``, which does not depend on the
-run seed: every variant and every seed of a sweep is scored on the very same examples, and the
-two streams never share a generator state. Both are plain functions of their inputs, so a new
-process with the same seed sees the same batches.
+``SeedSequence([seed, TRAIN_STREAM, crc32(task)])``; generated test data comes from
+``SeedSequence([EVAL_SEED, EVAL_STREAM, crc32(task), length])`` and generated validation data
+from ``SeedSequence([EVAL_SEED, VAL_STREAM, crc32(task), length])``; neither depends on the run
+seed, so every variant and every seed of a sweep is scored on the very same examples, and no two
+streams share a generator state. Tasks over files carve their validation rows out of the
+training file with ``SeedSequence([EVAL_SEED, VAL_STREAM, crc32(task)])`` (:func:`carve_validation`),
+the same rows for every seed. All are plain functions of their inputs, so a new process with the
+same seed sees the same batches.
 """
 
 from __future__ import annotations
 
+import inspect
 import zlib
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -29,8 +35,14 @@ import torch
 IGNORE = -100  # target value of positions without a label (cross_entropy's ignore_index)
 
 TRAIN_STREAM = 0x7A1
-EVAL_STREAM = 0xE7A1
+EVAL_STREAM = 0xE7A1  # the test split (the one held-out split before validation existed)
+VAL_STREAM = 0x5A11D  # the validation split
 EVAL_SEED = 20240607  # fixed: held-out sets are the same for every run seed
+
+#: the held-out splits of every task, in the order a run uses them
+SPLITS: tuple[str, ...] = ("validation", "test")
+#: default size of the validation split (examples, or windows for ``lm``): cheap to evaluate often
+N_VAL = 256
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -55,7 +67,42 @@ def train_generator(task: str, seed: int, rank: int = 0) -> torch.Generator:
 
 
 def eval_generator(task: str, length: int) -> torch.Generator:
+    """The test split's generator at ``length`` (unchanged since there was one held-out split)."""
     return make_generator(EVAL_SEED, EVAL_STREAM, task, int(length))
+
+
+def validation_generator(task: str, length: int) -> torch.Generator:
+    """The validation split's generator at ``length``: fixed, independent of the test stream."""
+    return make_generator(EVAL_SEED, VAL_STREAM, task, int(length))
+
+
+def held_out_generator(task: str, length: int, split: str) -> torch.Generator:
+    """The generator of held-out ``split`` ("validation" or "test") at ``length``."""
+    check_split(split)
+    return validation_generator(task, length) if split == "validation" else eval_generator(task, length)
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
+
+
+def validation_size(n_rows: int, n_val: int) -> int:
+    """Rows carved out of ``n_rows`` training rows for validation: ``n_val``, but at most a tenth
+    of them (and at least one), so a small training file keeps nine tenths for training."""
+    return max(1, min(int(n_val), n_rows // 10))
+
+
+def carve_validation(task: str, n_rows: int, n_val: int, source: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """Split row indices ``0 .. n_rows-1`` of a training file into ``(train, validation)``, both
+    sorted: ``validation_size(n_rows, n_val)`` rows drawn by a fixed permutation (the same for
+    every run seed), the rest train. Raises ``ValueError`` when fewer than two rows exist."""
+    if n_rows < 2:
+        raise ValueError(f"{source or task}: {n_rows} example{'s' if n_rows != 1 else ''}; at least 2 "
+                         "are needed, since validation examples are taken out of the training file")
+    k = validation_size(n_rows, n_val)
+    perm = torch.randperm(n_rows, generator=make_generator(EVAL_SEED, VAL_STREAM, task))
+    return perm[k:].sort().values, perm[:k].sort().values
 
 
 def _is_int(x: Any) -> bool:
@@ -67,11 +114,21 @@ class Task:
 
     Built as ``cls(**settings)`` (the YAML's keys but ``_target_`` and ``name``), in every job,
     before the model: set ``vocab_size``, ``n_classes`` (the per-token head size) and ``pad_id``
-    there; ``metric`` names the headline accuracy. Implement ``train_batches`` (an unbounded
-    seeded stream) and ``eval_batches`` (fixed held-out batches per length), both yielding
-    ``(tokens, targets)`` LongTensors (B, T) with ``targets == -100`` where nothing is predicted;
-    heavy loading goes into ``_setup``. ``problems(settings)`` reports bad settings without
-    reading data. ``check`` verifies all but the data before training.
+    there; ``metric`` names the headline accuracy. Implement
+
+    * ``train_batches(seed, rank=0)``: an unbounded stream, a pure function of its arguments;
+    * ``eval_batches(length, split="test")``: the fixed held-out batches of ``split`` at input
+      length ``length``. ``split="test"`` is the reported held-out set; ``split="validation"``
+      is a second fixed set, disjoint from test and from training, for choices made while
+      developing. Neither may depend on the run seed. The datamodule asks for validation at
+      ``seq_len`` and for test at every length of ``test_lengths``.
+
+    Both yield ``(tokens, targets)`` LongTensors (B, T) with ``targets == -100`` where nothing
+    is predicted; heavy loading goes into ``_setup``. A :class:`SyntheticTask` only implements
+    ``make_batch``: it draws each split from its own fixed stream. ``problems(settings)`` reports
+    bad settings without reading data. ``check`` verifies all but the data before training
+    (an ``eval_batches`` without a ``split`` argument, the contract before validation existed,
+    is reported there).
     """
 
     name: ClassVar[str] = ""
@@ -93,12 +150,18 @@ class Task:
 
     # ---- sizes -------------------------------------------------------------------------
     @property
-    def val_lengths(self) -> list[int]:
+    def test_lengths(self) -> list[int]:
+        """The lengths the test split is read at: ``seq_len``, then ``eval_lengths``."""
         return [self.seq_len] + list(self.eval_lengths)
 
     @property
+    def val_lengths(self) -> list[int]:
+        """Older name of :attr:`test_lengths`."""
+        return self.test_lengths
+
+    @property
     def max_len(self) -> int:
-        return max(self.val_lengths)
+        return max(self.test_lengths)
 
     # ---- data --------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -118,8 +181,9 @@ class Task:
         data-parallel ``rank``, so ranks see different batches)."""
         raise NotImplementedError
 
-    def eval_batches(self, length: int) -> list[Batch]:
-        """The fixed held-out batches at input length ``length``."""
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
+        """The fixed held-out batches of ``split`` ("validation" or "test") at input length
+        ``length``; the same for every run seed."""
         raise NotImplementedError
 
     # ---- checks ------------------------------------------------------------------------
@@ -147,7 +211,7 @@ class Task:
                 elif _is_int(seq_len) and x < seq_len:
                     out.append(f"task.eval_lengths entry {x} is shorter than task.seq_len={seq_len}; "
                                "eval_lengths are extra, longer lengths to evaluate at")
-        for key in ("n_test",):
+        for key in ("n_test", "n_val"):
             if key in cfg and cfg[key] is not None and not (_is_int(cfg[key]) and cfg[key] > 0):
                 out.append(f"task.{key} must be a positive integer, got {cfg[key]!r}")
         return out
@@ -157,9 +221,10 @@ class SyntheticTask(Task):
     """A task whose examples are generated from a seed: whole batches at a time."""
 
     def __init__(self, seq_len: int, eval_lengths: Sequence[int] = (), batch_size: int = 64,
-                 causal: bool = False, n_test: int = 1000):
+                 causal: bool = False, n_test: int = 1000, n_val: int = N_VAL):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.n_test = int(n_test)
+        self.n_val = int(n_val)
 
     def make_batch(self, g: torch.Generator, batch: int, length: int) -> Batch:
         raise NotImplementedError
@@ -170,9 +235,12 @@ class SyntheticTask(Task):
         while True:
             yield self.make_batch(g, B, T)
 
-    def eval_batches(self, length: int) -> list[Batch]:
-        g = eval_generator(self.name, length)
-        out, left = [], self.n_test
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
+        """``n_test`` (test) or ``n_val`` (validation) examples of ``length``, each split drawn
+        from its own fixed stream. Both streams are independent of training and of each other;
+        where the space of sequences is small, an example may still recur by chance."""
+        g = held_out_generator(self.name, length, split)
+        out, left = [], self.n_test if split == "test" else self.n_val
         while left > 0:
             b = min(self.batch_size, left)
             out.append(self.make_batch(g, b, length))
@@ -202,7 +270,30 @@ def check(target: Any, settings: dict, context: Any = None) -> list[str]:
 
     if not (isinstance(target, type) and issubclass(target, Task)):
         return [f"task: {qualname(target)} must be a subclass of ablate.data.Task"]
-    return merge_problems(settings_problems("task", target, settings), own_problems("task", target, settings, context))
+    return contract_problems(target) + merge_problems(settings_problems("task", target, settings),
+                                                      own_problems("task", target, settings, context))
+
+
+def contract_problems(target: type[Task]) -> list[str]:
+    """The ways the methods of task class ``target`` break the contract, read from their
+    signatures: ``eval_batches`` must take a ``split``. A task written when there was one
+    held-out split (``eval_batches(self, length)``) is stopped here, before training, rather
+    than failing when it is first asked for a split after training."""
+    from ablate.components import qualname
+
+    try:
+        params = inspect.signature(target.eval_batches).parameters
+    except (TypeError, ValueError):
+        return []
+    if "split" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    return [f"task: {qualname(target)}.eval_batches({', '.join(params)}) takes no "
+            "`split`: a task now has two held-out splits. Define eval_batches(self, length, "
+            "split='test'): for split='test' return the held-out batches it returns today, for "
+            "split='validation' other fixed batches, disjoint from test and from training "
+            "(ablate.data.base.validation_generator gives generated tasks their own stream; a "
+            "SyntheticTask that implements only make_batch has both splits already). "
+            "See docs/extending.md, Tasks"]
 
 
 def build_task(node: Any) -> Task:

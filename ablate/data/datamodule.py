@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .base import Batch, Task, build_task
+from .base import Batch, Task, build_task, check_split
 
 
 def _identity(batch):
@@ -35,7 +35,7 @@ class TrainStream(IterableDataset):
 
 
 class FixedBatches(Dataset):
-    """A fixed list of ready batches (the held-out set at one length)."""
+    """A fixed list of ready batches (a held-out split at one length)."""
 
     def __init__(self, batches: list[Batch]):
         self.batches = batches
@@ -52,10 +52,19 @@ class AblateDataModule(pl.LightningDataModule):
 
     Known after construction (so the model can be built): ``vocab_size``, ``n_classes``
     (per-token head size), ``pad_id`` (``None`` for fixed-length tasks; padding is on the
-    right), ``val_lengths`` (``[seq_len] + eval_lengths``), ``max_len``, ``metric`` (label of the
-    accuracy), ``causal``, ``seq_len``, ``batch_size``, ``tokens_per_batch`` (``B*T`` of the
-    input). ``train_dataloader()`` is unbounded (``trainer.max_steps`` ends training);
-    ``val_dataloader()`` returns one loader per entry of ``val_lengths``.
+    right), ``test_lengths`` (``[seq_len] + eval_lengths``; ``val_lengths`` is the same list
+    under its older name), ``max_len``, ``metric`` (label of the accuracy), ``causal``,
+    ``seq_len``, ``batch_size``, ``tokens_per_batch`` (``B*T`` of the input).
+
+    Loaders, all pure functions of the task and ``seed``:
+
+    * ``train_dataloader()``: the unbounded training stream (``trainer.max_steps`` ends training);
+    * ``val_dataloader()``: ONE loader, the validation split at ``seq_len``;
+    * ``test_dataloader()``: one loader per entry of ``test_lengths``, the test split at that
+      length (index ``i`` is ``test_lengths[i]``).
+
+    Held-out batches depend on the task only, never on ``seed``: every variant and seed of a
+    sweep is validated and tested on the same examples.
     """
 
     def __init__(self, task_cfg: Any, seed: int = 0):
@@ -67,14 +76,15 @@ class AblateDataModule(pl.LightningDataModule):
         self.vocab_size: int = int(t.vocab_size)
         self.n_classes: int = int(t.n_classes)
         self.pad_id: int | None = t.pad_id
-        self.val_lengths: list[int] = list(t.val_lengths)
+        self.test_lengths: list[int] = list(t.test_lengths)
+        self.val_lengths: list[int] = list(self.test_lengths)  # older name of test_lengths
         self.max_len: int = int(t.max_len)
         self.metric: str = t.metric
         self.causal: bool = t.causal
         self.seq_len: int = t.seq_len
         self.batch_size: int = t.batch_size
         self.tokens_per_batch: int = t.batch_size * t.seq_len
-        self._val: dict[int, list[Batch]] = {}
+        self._held_out: dict[tuple[str, int], list[Batch]] = {}
 
     @staticmethod
     def count_tokens(batch: Batch) -> int:
@@ -91,16 +101,24 @@ class AblateDataModule(pl.LightningDataModule):
         return DataLoader(TrainStream(self.task, self.seed), batch_size=None, num_workers=0,
                           collate_fn=_identity)
 
-    def eval_batches(self, length: int) -> list[Batch]:
-        """The fixed held-out batches at ``length`` (computed once, cached)."""
-        if length not in self._val:
-            self._val[length] = self.task.eval_batches(length)
-        return self._val[length]
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
+        """The fixed batches of held-out ``split`` ("validation" or "test") at ``length``
+        (computed once, cached)."""
+        check_split(split)
+        key = (split, int(length))
+        if key not in self._held_out:
+            self._held_out[key] = self.task.eval_batches(int(length), split=split)
+        return self._held_out[key]
 
-    def val_dataloader(self) -> list[DataLoader]:
-        return [DataLoader(FixedBatches(self.eval_batches(L)), batch_size=None, shuffle=False,
-                           num_workers=0, collate_fn=_identity) for L in self.val_lengths]
+    def held_out_dataloader(self, split: str, length: int) -> DataLoader:
+        """A loader over ``eval_batches(length, split)``, in order."""
+        return DataLoader(FixedBatches(self.eval_batches(length, split)), batch_size=None, shuffle=False,
+                          num_workers=0, collate_fn=_identity)
+
+    def val_dataloader(self) -> DataLoader:
+        """The validation split at the training length ``seq_len``: one loader."""
+        return self.held_out_dataloader("validation", self.seq_len)
 
     def test_dataloader(self) -> list[DataLoader]:
-        """The held-out loaders again (the tasks have one held-out split)."""
-        return self.val_dataloader()
+        """The test split, one loader per entry of ``test_lengths``."""
+        return [self.held_out_dataloader("test", L) for L in self.test_lengths]

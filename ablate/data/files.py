@@ -3,7 +3,15 @@ and per-token labelling (``task=tagging``).
 
 Both read a directory ``task.path`` holding a training and a held-out ("dev") file, encode every
 example once, and then train on an unbounded, seeded stream of shuffled full batches (successive
-random permutations of the training rows); the held-out loaders run over the whole dev file.
+random permutations of the training rows). Splits:
+
+* test: the whole dev file, in file order;
+* validation: ``n_val`` rows of the training file, but at most a tenth of them (at least one),
+  chosen by a fixed permutation that does not depend on the run seed
+  (:func:`ablate.data.base.carve_validation`); they are left out of training. Vocabularies and
+  label ids still come from the whole training file, so they do not depend on the carving;
+* train: the remaining training rows.
+
 Sequences are truncated to the input length and padded on the right with ``pad_id``.
 
 classify
@@ -45,7 +53,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from .base import IGNORE, Batch, RowsStream, Task, _is_int, train_generator
+from .base import (IGNORE, N_VAL, Batch, RowsStream, Task, _is_int, carve_validation, check_split,
+                   train_generator)
 
 # ---------------------------------------------------------------------------------------------
 # byte tokens for classification
@@ -253,11 +262,20 @@ def _dir_problems(task: str, path, files: Sequence[str | Sequence[str]], what: s
 
 
 class FileTask(Task):
-    """Shared logic of tasks over pre-encoded rows of local (or downloaded) files."""
+    """Shared logic of tasks over pre-encoded rows of local (or downloaded) files. Row splits:
+    ``"train"`` and ``"validation"`` (carved from the training file) and ``"dev"`` (the test
+    split)."""
 
-    def __init__(self, seq_len: int, eval_lengths: Sequence[int] = (), batch_size: int = 32, causal: bool = False):
+    def __init__(self, seq_len: int, eval_lengths: Sequence[int] = (), batch_size: int = 32, causal: bool = False,
+                 n_val: int = N_VAL):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
+        self.n_val = int(n_val)
         self._encoded: dict[tuple[str, int], _ClassRows | _TagRows] = {}
+
+    def _carve(self, rows: list, source: str) -> dict[str, list]:
+        """``{"train": ..., "validation": ...}``: the rows of the training file, split."""
+        train, val = carve_validation(self.name, len(rows), self.n_val, source)
+        return {"train": [rows[i] for i in train.tolist()], "validation": [rows[i] for i in val.tolist()]}
 
     def _locate(self, path, train_file: str, dev_file: str) -> None:
         """Check ``task.path`` holds the train and dev files; set ``self.path`` and ``self.files``."""
@@ -272,7 +290,8 @@ class FileTask(Task):
         if not self._ready:
             super().setup()
             self.encoded("train", self.seq_len)
-            for length in self.val_lengths:
+            self.encoded("validation", self.seq_len)
+            for length in self.test_lengths:
                 self.encoded("dev", length)
 
     def encoded(self, split: str, length: int):
@@ -291,8 +310,9 @@ class FileTask(Task):
         for idx in RowsStream(len(rows), self.batch_size, g):
             yield rows.batch(idx)
 
-    def eval_batches(self, length: int) -> list[Batch]:
-        rows = self.encoded("dev", length)
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
+        check_split(split)
+        rows = self.encoded("dev" if split == "test" else "validation", length)
         return [rows.batch(torch.arange(i, min(i + self.batch_size, len(rows))))
                 for i in range(0, len(rows), self.batch_size)]
 
@@ -311,16 +331,17 @@ class ClassificationTask(FileTask):
         return split
 
     def _setup(self) -> None:
-        self._split_rows = {"train": self._rows("train"), "dev": self._rows("dev")}
-        self.labels = sorted_labels(r[1] for r in self._split_rows["train"])
+        train = self._rows("train")
+        self.labels = sorted_labels(r[1] for r in train)
         self.label_ids = {l: i for i, l in enumerate(self.labels)}
         if len(self.labels) > self.n_classes:
             raise ValueError(f"{self._source('train')}: {len(self.labels)} distinct labels, "
                              f"more than the {self.n_classes} classes expected")
+        self._split_rows = {**self._carve(train, self._source("train")), "dev": self._rows("dev")}
 
     def _encode(self, split, length):
-        return encode_classification(self._split_rows[split], self.label_ids, length,
-                                     self.causal, self._source(split))
+        source = self._source("dev" if split == "dev" else "train")  # validation rows are training rows
+        return encode_classification(self._split_rows[split], self.label_ids, length, self.causal, source)
 
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
@@ -342,8 +363,8 @@ class Classify(ClassificationTask):
     def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None, train_file: str = "train.tsv",
                  dev_file: str = "dev.tsv", text_columns: Sequence[str] | None = None,
-                 label_column: str | None = None):
-        super().__init__(seq_len, eval_lengths, batch_size, causal)
+                 label_column: str | None = None, n_val: int = N_VAL):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
         self._locate(path, train_file, dev_file)
         self.text_columns = None if text_columns is None else (
             [text_columns] if isinstance(text_columns, str) else list(text_columns))
@@ -411,11 +432,11 @@ class Tagging(FileTask):
 
     def __init__(self, seq_len: int = 64, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None, train_file: str = "train.txt",
-                 dev_file: str = "dev.txt"):
-        super().__init__(seq_len, eval_lengths, batch_size, causal)
+                 dev_file: str = "dev.txt", n_val: int = N_VAL):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
         self._locate(path, train_file, dev_file)
-        self._rows = {"train": read_tagging_file(self.files["train"])}
-        train = self._rows["train"]
+        train = read_tagging_file(self.files["train"])
+        self._rows = {"train": train}
         self.tokens = sorted({t for xs, _, _ in train for t in xs})
         self.token_ids = {t: i + 2 for i, t in enumerate(self.tokens)}
         self.tags = sorted({t for _, ys, _ in train for t in ys})
@@ -430,10 +451,12 @@ class Tagging(FileTask):
                 "input tokens, a tab, as many target tokens")
 
     def _setup(self) -> None:
-        self._rows["dev"] = read_tagging_file(self.files["dev"])
+        self._rows = {**self._carve(self._rows["train"], str(self.files["train"])),
+                      "dev": read_tagging_file(self.files["dev"])}
 
     def _encode(self, split, length):
         rows = self._rows[split]
+        source = self.files["dev" if split == "dev" else "train"]  # validation rows are training rows
         n = len(rows)
         x = np.full((n, length), self.PAD_ID, dtype=np.int16 if self.vocab_size < 2**15 else np.int64)
         y = np.full((n, length), IGNORE, dtype=np.int16 if self.n_classes < 2**15 else np.int64)
@@ -443,7 +466,7 @@ class Tagging(FileTask):
             try:
                 y[i, :len(ys)] = [self.tag_ids[t] for t in ys]
             except KeyError as e:
-                raise ValueError(f"{self.files[split]}, line {line}: target {e.args[0]!r} does not "
+                raise ValueError(f"{source}, line {line}: target {e.args[0]!r} does not "
                                  f"occur in {self.files['train'].name} (known: {self.tags})") from None
         return _TagRows(torch.from_numpy(x), torch.from_numpy(y))
 

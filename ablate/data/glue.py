@@ -13,7 +13,9 @@ Platform for Natural Language Understanding"): ``task=glue task.name=NAME`` with
 
 Tokens, layout and label ids are those of ``task=classify`` (byte tokens with CLS/SEP/PAD,
 labels in sorted order of their strings; the hub's integer labels are used as strings). The
-held-out split is GLUE's dev set (its test labels are not public). The headline metric is GLUE's
+test split is GLUE's dev set (its test labels are not public); the validation split is carved out
+of GLUE's training set as in ``task=classify`` (``n_val`` rows, at most a tenth, the same rows for
+every seed), and those rows are not trained on. The headline metric is GLUE's
 own: Matthews correlation for CoLA, F1 of the positive class for MRPC and QQP (their accuracy is
 recorded too, as ``label_accuracy``), accuracy for the others. STS-B is a regression task and is
 not supported.
@@ -26,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .base import Task
+from .base import N_VAL, Task
 from .files import ClassificationTask, _dir_problems, read_glue_tsv
 
 
@@ -74,8 +76,8 @@ class GlueTask(ClassificationTask):
         return super().__new__(GLUE_CLASSES[name] if cls is GlueTask else cls)
 
     def __init__(self, name: str = "sst2", seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
-                 causal: bool = False, path: str | None = None):
-        super().__init__(seq_len, eval_lengths, batch_size, causal)
+                 causal: bool = False, path: str | None = None, n_val: int = N_VAL):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
         self.n_classes = GLUE_TASKS[self.name]
         self.metric = GLUE_METRICS.get(self.name, "accuracy")
         self.path = None if path is None else Path(str(path)).expanduser()

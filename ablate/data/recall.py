@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .base import IGNORE, Batch, SyntheticTask, _is_int
+from .base import IGNORE, N_VAL, Batch, SyntheticTask, _is_int
 
 
 class Recall(SyntheticTask):
@@ -33,8 +33,8 @@ class Recall(SyntheticTask):
 
     def __init__(self, seq_len: int = 32, eval_lengths: Sequence[int] = (), batch_size: int = 64,
                  causal: bool = True, n_keys: int = 64, n_values: int = 64, n_queries: int = 1,
-                 n_test: int = 1000):
-        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test)
+                 n_test: int = 1000, n_val: int = N_VAL):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test, n_val)
         self.n_keys, self.n_values, self.n_queries = int(n_keys), int(n_values), int(n_queries)
         self.vocab_size = self.n_keys + self.n_values
         self.n_classes = self.vocab_size  # labels are value token ids

@@ -12,10 +12,18 @@ interpreter (:data:`DEFAULT_CORPUS_MODULES`, ~1.6 MB on CPython 3.11), located w
 order. Every CPython installation ships these files, so nothing is downloaded. The bytes differ
 slightly between Python versions: compare runs made with the same interpreter.
 
-Split by position: the first ``1 - val_fraction`` of the bytes train, the last ``val_fraction``
-is held out. Training windows start at seeded uniform random offsets of the training part;
-held-out windows are fixed: up to ``n_test`` non-overlapping windows, evenly spread over the
-held-out part, at each evaluation length.
+Split by position::
+
+    |<------------------ training part: 1 - val_fraction ------------------>|<- val_fraction ->|
+    |  train: windows at seeded random offsets          | validation        | test             |
+
+The last ``val_fraction`` of the bytes is the test split (``val_fraction`` keeps its name from
+when it was the only held-out part). The validation split is the end of the training part:
+``n_val * seq_len + 1`` bytes, but at most a tenth of the training part (and at least
+``seq_len + 1``). Training windows start at seeded uniform random offsets of what is left, so no
+training window reads a validation or test byte. Held-out windows are fixed: up to ``n_test``
+(test) or ``n_val`` (validation) non-overlapping windows, evenly spread over their part, at each
+length asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from .base import Batch, Task, train_generator
+from .base import N_VAL, Batch, Task, check_split, train_generator
 
 #: stdlib modules whose source forms the default corpus (all present since Python 3.10)
 DEFAULT_CORPUS_MODULES: tuple[str, ...] = (
@@ -94,11 +102,12 @@ class LanguageModel(Task):
 
     def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = True, path: str | None = None, val_fraction: float = 0.1,
-                 n_test: int = 256):
+                 n_test: int = 256, n_val: int = N_VAL):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.path = None if path is None else str(path)
         self.val_fraction = float(val_fraction)
         self.n_test = int(n_test)
+        self.n_val = int(n_val)
         if self.path is not None and not Path(self.path).expanduser().exists():
             raise ValueError(f"task.path={self.path!r} does not exist")
 
@@ -108,10 +117,13 @@ class LanguageModel(Task):
             raise ValueError(f"task.path={self.path!r} is empty: a language model needs text to read")
         data = torch.frombuffer(bytearray(corpus), dtype=torch.uint8)
         split = int(round(len(data) * (1 - self.val_fraction)))
-        self.train_data, self.held_out = data[:split], data[split:]
-        if len(self.train_data) < self.seq_len + 2:
-            raise ValueError(f"task.path={self.path!r}: the training part has {len(self.train_data)} "
-                             f"bytes, fewer than task.seq_len+1={self.seq_len + 1}")
+        training, self.held_out = data[:split], data[split:]
+        n_val = min(self.n_val * self.seq_len + 1, max(self.seq_len + 1, len(training) // 10))
+        if len(training) < n_val + self.seq_len + 2:
+            raise ValueError(f"task.path={self.path!r}: the training part has {len(training)} bytes, "
+                             f"fewer than one validation window and one training window need "
+                             f"(2 * (task.seq_len + 1) + 1 = {2 * self.seq_len + 3})")
+        self.train_data, self.val_data = training[:-n_val], training[-n_val:]
         if len(self.held_out) < self.max_len + 1:
             raise ValueError(f"task.path={self.path!r}: the held-out part ({self.val_fraction:g} of "
                              f"the text) has {len(self.held_out)} bytes, fewer than the longest "
@@ -134,12 +146,17 @@ class LanguageModel(Task):
             w = data[starts[:, None] + ar].long()
             yield w[:, :-1], w[:, 1:]
 
-    def eval_batches(self, length: int) -> list[Batch]:
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
         self.setup()
-        avail = (len(self.held_out) - 1) // length
-        k = min(self.n_test, avail)
+        check_split(split)
+        data, n = (self.held_out, self.n_test) if split == "test" else (self.val_data, self.n_val)
+        avail = (len(data) - 1) // length
+        if avail < 1:
+            raise ValueError(f"task.path={self.path!r}: the {split} part has {len(data)} bytes, "
+                             f"fewer than length + 1 = {length + 1}")
+        k = min(n, avail)
         starts = (torch.arange(k) * avail // k) * length
-        return [self._windows(self.held_out, starts[i:i + self.batch_size], length)
+        return [self._windows(data, starts[i:i + self.batch_size], length)
                 for i in range(0, k, self.batch_size)]
 
     @classmethod

@@ -27,6 +27,12 @@ class RunningCount(SyntheticTask):
     1 to the longest evaluated length, so ``n_classes = max_len + 1``. The natural model is a
     decoder (``causal: true``): the answer at position i depends on x_0 .. x_i only.
     Deterministic: a batch is a function of the ``torch.Generator`` it is drawn from.
+
+    Only ``make_batch`` is implemented: ``SyntheticTask`` draws the training stream, the
+    validation split (``n_val`` sequences) and the test split (``n_test`` sequences per
+    evaluated length) from three separate seeded streams, the held-out ones fixed for every
+    run seed. With few symbols and short sequences the same sequence can occur in more than
+    one of them by chance (4 symbols over 16 positions: 4**16 possible inputs, so rarely).
     """
 
     name = "count"
@@ -35,8 +41,8 @@ class RunningCount(SyntheticTask):
 
     def __init__(self, seq_len: PositiveInt = 16, eval_lengths: Sequence[int] = (),
                  batch_size: PositiveInt = 64, causal: bool = True, n_test: PositiveInt = 1000,
-                 n_symbols: PositiveInt = 4) -> None:
-        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test)
+                 n_symbols: PositiveInt = 4, n_val: PositiveInt = 256) -> None:
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test, n_val)
         self.n_symbols = int(n_symbols)
         self.vocab_size = self.n_symbols
         self.n_classes = self.max_len + 1  # counts 1 .. max_len
