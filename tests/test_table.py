@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate.report import CSV_COLUMNS, build_table, csv_columns, load_records, log_to_wandb, render, save_outputs
+from ablate.report import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, build_table, csv_columns, load_records, log_to_wandb,
+                           render, save_outputs)
 from ablate.report.cli import main
 from ablate.sweep import variant_key, variants
 
@@ -49,7 +50,8 @@ def record(num, overrides, status="ok", acc=0.9, loss=0.3, tps=1000.0, mem=2**20
         "status": status, "overrides": overrides,
         "choices": {"qkv_sharing": "x", "pos_enc": "rope"},
         "experiment": experiment,
-        "config": {"seed": 0, "task": {"name": "reverse", "seq_len": seq_len}},
+        "config": {"seed": next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0),
+                   "task": {"name": "reverse", "seq_len": seq_len}},
         "metrics": metrics,
         "error": {"ok": None, "diverged": "non-finite loss at step 5", "failed": "boom"}.get(status),
         "wandb": {"project": "ablate-test", "group": group, "name": f"job{num}", "dir": ""},
@@ -173,18 +175,28 @@ def test_baseline_from_experiment_else_first(tmp_path):
     assert build_table(qkv_records(experiment=False)).baseline_key == "qkv_sharing=independent"
 
 
-def test_welch_p_value_and_marks(table):
+def test_welch_p_value_and_marks(sweep):
+    table = build_table(load_records(sweep), test="welch")
     base = [a for a in ACC["independent"]]
+    raw = []
     for row, v in zip(table.rows[1:], QKV[1:]):
         accs = [a for a in ACC[v] if a is not None]
-        expected = stats.ttest_ind(accs, base, equal_var=False).pvalue
-        assert row.p_value == pytest.approx(expected)
+        raw.append(stats.ttest_ind(accs, base, equal_var=False).pvalue)
+        assert row.p_value == pytest.approx(raw[-1])
+        assert row.delta == pytest.approx(np.mean(accs) - np.mean(base))
+    # Holm over the two comparisons: the smaller p doubled, the larger kept (and never below it)
+    small, large = sorted(raw)
+    corrected = sorted(r.p_corrected for r in table.rows[1:])
+    assert corrected == pytest.approx([2 * small, max(2 * small, large)])
     assert table.rows[0].p_value is None and table.rows[0].mark == ""
     assert table.rows[1].mark == "**"  # 0.81 vs 0.92 with tiny spread
     rows = csv_dicts(render(table, "csv"))
     assert float(rows[1]["p_value"]) == pytest.approx(table.rows[1].p_value)
-    assert rows[0]["p_value"] == ""
-    assert "Welch" in render(table, "terminal") and "Welch" in render(table, "latex")
+    assert float(rows[1]["p_corrected"]) == pytest.approx(table.rows[1].p_corrected)
+    assert rows[0]["p_value"] == "" and rows[0]["p_corrected"] == ""
+    for fmt in ("terminal", "latex"):
+        text = " ".join(render(table, fmt).split())
+        assert "Welch" in text and "across 2 comparisons" in text
 
 
 def test_no_p_value_with_single_run(tmp_path):
@@ -315,7 +327,8 @@ def test_bench_json_switches_speed_source(sweep):
     assert t.speed_source == "bench" and t.bench_rounds == 20
     assert t.rows[2].speed_ratio == pytest.approx(1.5) and t.rows[0].tokens_per_s == 2000.0
     for fmt in ("terminal", "markdown", "latex"):
-        assert "interleaved benchmark" in render(t, fmt) and "20 rounds" in render(t, fmt)
+        text = " ".join(render(t, fmt).split())  # the terminal wraps the caption
+        assert "interleaved benchmark" in text and "20 rounds" in text
     assert csv_dicts(render(t, "csv"))[0]["speed_source"] == "bench"
 
 
@@ -445,6 +458,7 @@ def test_smoke_test_records_make_a_smoke_table(tmp_path):
     assert "smoke" not in t.caption().lower() and "smoke" not in render(t, "markdown").lower()
     for r in recs:
         r["config"]["smoke"] = True
+        r["config"]["seed"] = 0  # --smoke runs seed 0 only
         r["metrics"]["steps"] = 20
     recs[0]["config"]["smoke"] = False  # one is enough: the table is a smoke test
     t = build_table(recs)
@@ -478,12 +492,13 @@ def test_jobs_that_shared_the_cores_are_named_in_the_caption(tmp_path):
 
 def test_readme_documents_the_csv_columns():
     """README.md's paragraph that starts with "The CSV has the columns" names every column a table
-    of a sweep with one evaluated length has, in order, each in backquotes (``acc@L`` ones aside)."""
+    of a sweep with one evaluated length has, in order, then the optional ones (FLOPs, early/final
+    loss, a tuned sweep's lr), each in backquotes (``acc@L`` and pivoted ``V_...`` ones aside)."""
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)]
     found = [p for p in paragraphs if p.startswith("The CSV has the columns")]
     assert len(found) == 1, ("README.md needs one paragraph starting with 'The CSV has the columns', "
                              "then every column in backquotes: `variant`, `accuracy_mean`, ...")
     names = [n for n in re.findall(r"`([^`]+)`", found[0]) if re.fullmatch(r"[a-z][a-z0-9_]*", n)]
-    assert names == list(CSV_COLUMNS)
+    assert names == list(CSV_COLUMNS) + [c for group in OPTIONAL_CSV_COLUMNS.values() for c in group]
     assert names == [c for c in csv_columns(build_table(qkv_records())) if "@" not in c]

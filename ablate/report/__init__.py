@@ -4,28 +4,33 @@ A sweep directory holds one ``result.json`` per finished job (docs/internals.md,
 The package turns them into one row per variant, by concern:
 
 * ``records``: the inputs (``load_records`` from ``ablate.results``, ``bench.json``);
-* ``stats``: mean, sample std, Welch's t-test;
-* ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, the baseline(s);
-* ``formats``: ``render(table, "terminal" | "markdown" | "latex" | "csv")``;
-* ``plot``: the PNG figure;
-* ``publish``: ``save_outputs`` (``table.{md,tex,csv,png}``, atomically), ``log_to_wandb`` (the
-  sweep's one table run, ``table_run_id``);
+* ``stats``: mean, sample std, the paired t-test over seeds (default) or Welch's test, the 95%
+  CI of each row's difference to its baseline, the Holm–Bonferroni correction;
+* ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, the baseline(s), a pivot of one swept
+  key into columns, the rows chosen, a tuned sweep's final runs;
+* ``formats``: ``render(table, "terminal" | "markdown" | "latex" | "csv")``; ``columns`` and
+  ``csv_fields`` decide every format's columns;
+* ``plot``: the PNG figures (``table.png``, ``curves.png``, ``lr.png``);
+* ``publish``: ``save_outputs`` (``table.{md,tex,csv,png}`` and the figures, atomically),
+  ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
 
 The variants themselves are defined once, in ``ablate.sweep``.
 """
 
-from ablate.report.formats import (CSV_COLUMNS, FORMATS, csv_columns, csv_rows, latex_escape, render, rich_table,
-                                   to_csv, to_latex, to_markdown)
-from ablate.report.plot import plot
+from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, columns, csv_columns, csv_fields,
+                                   csv_rows, latex_escape, render, rich_table, to_csv, to_latex, to_markdown)
+from ablate.report.plot import curves, lr_plot, mean_curve, plot
 from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic
 from ablate.report.records import bench_speeds, load_bench, load_records, sort_records
-from ablate.report.stats import SIGNIFICANCE_TEST, welch_p
-from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline
+from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
+                                 welch_test)
+from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
 
 __all__ = [
-    "CSV_COLUMNS", "FORMATS", "SIGNIFICANCE_TEST", "STATUSES", "Row", "SweepTable", "bench_speeds", "build_table",
-    "csv_columns", "csv_rows", "latex_escape", "load_bench", "load_records", "log_to_wandb", "plot", "render",
-    "resolve_baseline", "rich_table", "save_outputs", "sort_records", "table_run_id", "to_csv", "to_latex",
-    "to_markdown", "welch_p", "write_atomic",
+    "CSV_COLUMNS", "Comparison", "FORMATS", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
+    "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
+    "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",
+    "plot", "render", "resolve_baseline", "resolve_rows", "rich_table", "save_outputs", "sort_records",
+    "split_rows", "table_run_id", "to_csv", "to_latex", "to_markdown", "welch_p", "welch_test", "write_atomic",
 ]

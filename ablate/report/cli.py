@@ -3,6 +3,8 @@
     ablate-table SWEEP_DIR                        # terminal table
     ablate-table SWEEP_DIR -f latex --save        # LaTeX on stdout; table.{md,tex,csv,png} written
     ablate-table SWEEP_DIR --bench --save         # speed from an interleaved benchmark (ablate-bench)
+    ablate-table SWEEP_DIR --columns task         # one accuracy column per task, plus avg
+    ablate-table SWEEP_DIR --rows a,b --test welch  # these rows in this order; Welch's test
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ablate.report.formats import FORMATS, render, rich_table
 from ablate.report.plot import plot
 from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
 from ablate.report.records import BENCH_FILE
+from ablate.report.stats import TESTS
 from ablate.sweep import load_sweep_records
 from ablate.report.table import build_table
 
@@ -28,7 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", choices=FORMATS, default="terminal", help="output format (default: terminal)")
     p.add_argument("--baseline", "-b", help="baseline variant: override string (qkv_sharing=independent), "
                    "label, or value (independent); default: the experiment's baseline, else the first variant")
-    p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} into the sweep directory")
+    p.add_argument("--test", choices=TESTS, default="paired",
+                   help="significance test vs the baseline: paired (paired t-test over seeds, the default: "
+                   "seed s gives every variant the same data) or welch (unpaired); either is "
+                   "Holm-Bonferroni-corrected across the table's comparisons")
+    p.add_argument("--columns", metavar="KEY", help="pivot a swept key (e.g. task) into columns: one accuracy "
+                   "column per value, plus avg; default: the experiment's columns ('none': no pivot)")
+    p.add_argument("--rows", metavar="A,B,C", help="the rows shown, in this order (variant keys, labels or "
+                   "values, comma-separated); default: the experiment's rows, else all")
+    p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} (and curves.png, lr.png "
+                   "when the records support them) into the sweep directory")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
                    help="log the table and plot to the sweep's wandb group, as a run of job_type 'table' "
                    "(default: on when the sweep's runs were logged to wandb)")
@@ -57,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ablate-table: --bench failed: {type(err).__name__}: {err}", file=sys.stderr)
             return 1
     try:
-        table = build_table(records, baseline=args.baseline, bench=bench)
+        table = build_table(records, baseline=args.baseline, bench=bench, test=args.test, columns=args.columns,
+                            rows=args.rows)
     except ValueError as err:
         print(f"ablate-table: {err}", file=sys.stderr)
         return 2
@@ -69,17 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(render(table, args.format))
 
-    png = None
+    png, figures = None, {}
     if args.save:
         written = save_outputs(table, path)
         if args.bench and bench is not None:  # keep the figures the saved table was built from
             written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
         png = written["png"]
+        figures = {k: v for k, v in written.items() if k in ("curves", "lr")}
         print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
     if args.wandb or (args.wandb is None and table.wandb_group):
         with tempfile.TemporaryDirectory() as tmp:
             png = png or plot(table, Path(tmp) / "table.png")
-            run = log_to_wandb(table, path, png)
+            run = log_to_wandb(table, path, png, figures)
         if run:
             print(f"wandb: table run in {run}", file=sys.stderr)
     return 0

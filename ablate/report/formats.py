@@ -1,9 +1,13 @@
 """A table as text: terminal (rich), markdown, LaTeX (booktabs) and CSV.
 
-Human formats show accuracy in percent with ± std and marks; the CSV (and the wandb.Table,
-``ablate.report.publish``) carry the raw values (fractions, None as empty) in ``CSV_COLUMNS``,
-then ``acc@L`` and ``acc@L_std`` for each evaluated length when more than one was evaluated
-(``csv_columns``). Its ``metric`` column is each row's own metric (tasks' metrics can differ).
+``columns`` (human formats) and ``csv_fields`` (the CSV and the wandb.Table) are the one place
+that decides which columns a table has; every format renders those. Human formats show accuracy
+in percent with ± std and marks, and Δ to the baseline in points with its 95% CI; the CSV (and
+the wandb.Table, ``ablate.report.publish``) carry the raw values (fractions, None as empty) in
+``CSV_COLUMNS``, then the ``OPTIONAL_CSV_COLUMNS`` the records support, then ``acc@L`` and
+``acc@L_std`` for each evaluated length when more than one was evaluated (``csv_columns``). Its
+``metric`` column is each row's own metric (tasks' metrics can differ). A pivoted table
+(``SweepTable.columns_key``) has one accuracy column per value of that key and ``avg``.
 """
 
 from __future__ import annotations
@@ -11,27 +15,117 @@ from __future__ import annotations
 import csv
 import io
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ablate.report.table import Row, SweepTable
 
 FORMATS = ("terminal", "markdown", "latex", "csv")
-
-# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's);
-# extrapolation sweeps add acc@L and acc@L_std per evaluated length (csv_columns).
-CSV_COLUMNS = [
-    "variant", "accuracy_mean", "accuracy_std", "n", "speed_ratio", "memory_ratio", "params",
-    "status", "loss_mean", "tokens_per_s", "memory_mib", "p_value", "n_ok", "n_diverged",
-    "n_failed", "speed_source", "metric", "n_running", "n_interrupted", "overrides", "is_baseline",
-]
-
 DASH = "–"
 
 
-def _pct(mean: float | None, std: float | None, pm: str = " ± ") -> str:
+# ---------------------------------------------------------------------------------------------
+# The columns: the one place that decides what every format shows
+# ---------------------------------------------------------------------------------------------
+
+Field = tuple[str, Callable[[SweepTable, Row], Any]]
+
+
+def _count(row: Row, status: str) -> int:
+    return row.counts.get(status, 0)
+
+
+def _int_if_whole(value: float | None) -> float | int | None:
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's);
+# every table has these. Records with the newer keys add OPTIONAL_CSV_COLUMNS, extrapolation sweeps
+# acc@L and acc@L_std per evaluated length (csv_columns).
+_BASE_FIELDS: list[Field] = [
+    ("variant", lambda t, r: r.label),
+    ("accuracy_mean", lambda t, r: r.accuracy_mean),
+    ("accuracy_std", lambda t, r: r.accuracy_std),
+    ("n", lambda t, r: r.n),
+    ("speed_ratio", lambda t, r: r.speed_ratio),
+    ("memory_ratio", lambda t, r: r.memory_ratio),
+    ("params", lambda t, r: r.params),
+    ("status", lambda t, r: r.status),
+    ("loss_mean", lambda t, r: r.loss_mean),
+    ("tokens_per_s", lambda t, r: r.tokens_per_s),
+    ("memory_mib", lambda t, r: r.memory_mib),
+    ("p_value", lambda t, r: r.p_value),
+    ("n_ok", lambda t, r: r.n),
+    ("n_diverged", lambda t, r: _count(r, "diverged")),
+    ("n_failed", lambda t, r: _count(r, "failed")),
+    ("speed_source", lambda t, r: t.speed_source),
+    ("metric", lambda t, r: r.metric or t.metric),
+    ("n_running", lambda t, r: _count(r, "running")),
+    ("n_interrupted", lambda t, r: _count(r, "interrupted")),
+    ("overrides", lambda t, r: r.key),
+    ("is_baseline", lambda t, r: r.is_baseline),
+    ("delta", lambda t, r: r.delta),
+    ("delta_ci_low", lambda t, r: r.delta_ci_low),
+    ("delta_ci_high", lambda t, r: r.delta_ci_high),
+    ("p_corrected", lambda t, r: r.p_corrected),
+    ("n_paired", lambda t, r: r.n_paired),
+    ("steps", lambda t, r: _int_if_whole(r.steps)),
+]
+CSV_COLUMNS = [name for name, _ in _BASE_FIELDS]
+
+# Present when the records have what they need: training FLOPs, the validation loss at 25% and at
+# the end, a tuned sweep's lr (sweep.json's tune block).
+_OPTIONAL_FIELDS: dict[str, list[Field]] = {
+    "flops": [("flops_per_token", lambda t, r: r.flops_per_token), ("train_flops", lambda t, r: r.train_flops),
+              ("flops_ratio", lambda t, r: r.flops_ratio)],
+    "losses": [("early_loss", lambda t, r: r.early_loss), ("final_loss", lambda t, r: r.final_loss)],
+    "tune": [("lr", lambda t, r: r.lr), ("delta_default_lr", lambda t, r: r.delta_default_lr)],
+}
+OPTIONAL_CSV_COLUMNS = {group: [name for name, _ in fields] for group, fields in _OPTIONAL_FIELDS.items()}
+
+# A pivoted table's CSV: per column value V, these (V itself is the mean), then avg and the run counts.
+_CELL_FIELDS: list[tuple[str, Callable[[Row], Any]]] = [
+    ("", lambda r: r.accuracy_mean), ("_std", lambda r: r.accuracy_std), ("_n", lambda r: r.n),
+    ("_delta", lambda r: r.delta), ("_delta_ci_low", lambda r: r.delta_ci_low),
+    ("_delta_ci_high", lambda r: r.delta_ci_high), ("_p_value", lambda r: r.p_value),
+    ("_p_corrected", lambda r: r.p_corrected),
+]
+_TUNED_CELL_FIELDS = [("_lr", lambda r: r.lr), ("_delta_default_lr", lambda r: r.delta_default_lr)]
+_PIVOT_TAIL: list[Field] = [
+    ("avg", lambda t, r: r.avg), ("status", lambda t, r: r.status), ("n_ok", lambda t, r: r.n),
+    ("n_diverged", lambda t, r: _count(r, "diverged")), ("n_failed", lambda t, r: _count(r, "failed")),
+    ("n_running", lambda t, r: _count(r, "running")), ("n_interrupted", lambda t, r: _count(r, "interrupted")),
+    ("metric", lambda t, r: r.metric or t.metric), ("overrides", lambda t, r: r.key),
+    ("is_baseline", lambda t, r: r.is_baseline),
+]
+
+
+def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable, Row], Any]:
+    return lambda t, r: get(r.cells[value]) if value in r.cells else None
+
+
+def csv_fields(t: SweepTable) -> list[Field]:
+    """The CSV's (and the wandb.Table's) columns as ``(name, getter(table, row))``, in order."""
+    if t.pivoted:
+        fields: list[Field] = [_BASE_FIELDS[0]]
+        for v in t.column_values:
+            for suffix, get in _CELL_FIELDS + (_TUNED_CELL_FIELDS if t.tuned else []):
+                fields.append((f"{v}{suffix}", _cell_getter(v, get)))
+        return fields + _PIVOT_TAIL
+    fields = list(_BASE_FIELDS)
+    for group, present in (("flops", t.has_flops), ("losses", t.has_losses), ("tune", t.tuned)):
+        if present:
+            fields += _OPTIONAL_FIELDS[group]
+    for L in t.length_columns:
+        fields += [(f"acc@{L}", lambda t, r, L=L: r.eval.get(L, (None, None))[0]),
+                   (f"acc@{L}_std", lambda t, r, L=L: r.eval.get(L, (None, None))[1])]
+    return fields
+
+
+def _pct(mean: float | None, std: float | None) -> str:
     if mean is None:
         return DASH
-    return f"{100 * mean:.1f}" + (f"{pm}{100 * std:.1f}" if std is not None else "")
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
 
 
 def _x(ratio: float | None, times: str = "x") -> str:
@@ -47,19 +141,79 @@ def _si(value: float | None, digits: int = 1) -> str:
     return f"{value:.0f}"
 
 
-def _headers(t: SweepTable) -> list[str]:
+def _sci(value: float | None) -> str:
+    """``1.2e12``: FLOPs, compactly."""
+    if value is None:
+        return DASH
+    mantissa, exp = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+def _delta(row: Row, ci: bool = True) -> str:
+    """``-11.0 [-12.3, -9.7]``: the difference to the baseline in points, with its 95% CI."""
+    if row.delta is None or row.is_baseline:
+        return DASH
+    text = f"{100 * row.delta:+.1f}"
+    if ci and row.delta_ci_low is not None:
+        text += f" [{100 * row.delta_ci_low:+.1f}, {100 * row.delta_ci_high:+.1f}]"
+    return text
+
+
+def _loss(value: float | None) -> str:
+    return DASH if value is None else f"{value:.3f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the human formats: its header, its cell (unescaped; ``times`` is the ratio
+    sign) and, for accuracy cells, the significance mark that follows the cell."""
+
+    head: str
+    text: Callable[[Row, str], str]
+    mark: Callable[[Row], str] | None = None
+    left: bool = False
+
+
+def columns(t: SweepTable) -> list[Column]:
+    """The columns of the terminal, markdown and LaTeX tables, in order."""
+    variant = Column("variant", lambda r, x: r.label, left=True)
+    runs = Column("runs", lambda r, x: r.status, left=True)
+    if t.pivoted:
+        cells = [Column(f"{t.column_label(v)} (%)",
+                        lambda r, x, v=v: _pct(r.cells[v].accuracy_mean, r.cells[v].accuracy_std) if v in r.cells
+                        else DASH,
+                        mark=lambda r, v=v: r.cells[v].mark if v in r.cells else "")
+                 for v in t.column_values]
+        return [variant, *cells, Column("avg (%)", lambda r, x: _pct(r.avg, None)), runs]
     acc = f"acc@{t.train_length} (%)" if t.extra_lengths and t.train_length else "accuracy (%)"
-    return (["variant", acc] + [f"acc@{L} (%)" for L in t.extra_lengths]
-            + ["loss", "speed", "tokens/s", "memory", "MiB", "params", "runs"])
+    cols = [variant, Column(acc, lambda r, x: _pct(r.accuracy_mean, r.accuracy_std), mark=lambda r: r.mark)]
+    cols += [Column(f"acc@{L} (%)", lambda r, x, L=L: _pct(*r.eval.get(L, (None, None)))) for L in t.extra_lengths]
+    at = " @ tuned lr" if t.tuned else ""
+    cols.append(Column(f"Δ{at} (pts, 95% CI)", lambda r, x: _delta(r)))
+    if t.tuned:
+        cols += [Column("Δ @ default lr (pts)",
+                        lambda r, x: DASH if r.delta_default_lr is None or r.is_baseline
+                        else f"{100 * r.delta_default_lr:+.1f}"),
+                 Column("lr", lambda r, x: DASH if r.lr is None else f"{r.lr:g}")]
+    cols.append(Column("loss", lambda r, x: _loss(r.loss_mean)))
+    if t.has_losses:
+        cols += [Column("early loss", lambda r, x: _loss(r.early_loss)),
+                 Column("final loss", lambda r, x: _loss(r.final_loss))]
+    cols += [Column("speed", lambda r, x: _x(r.speed_ratio, x)), Column("tokens/s", lambda r, x: _si(r.tokens_per_s)),
+             Column("memory", lambda r, x: _x(r.memory_ratio, x)),
+             Column("MiB", lambda r, x: DASH if r.memory_mib is None else f"{r.memory_mib:.1f}")]
+    if t.has_flops:
+        cols += [Column("FLOPs", lambda r, x: _sci(r.train_flops)),
+                 Column("FLOPs ratio", lambda r, x: _x(r.flops_ratio, x))]
+    cols.append(Column("params", lambda r, x: _si(r.params, 2)))
+    if t.steps_differ:
+        cols.append(Column("steps", lambda r, x: DASH if r.steps is None else f"{r.steps:.0f}"))
+    return cols + [runs]
 
 
-def _cells(t: SweepTable, row: Row, pm: str = " ± ", times: str = "x") -> list[str]:
-    """A row's human-readable cells (unescaped), in ``_headers`` order."""
-    acc = _pct(row.accuracy_mean, row.accuracy_std, pm)
-    return ([row.label, acc, *(_pct(*row.eval.get(L, (None, None)), pm) for L in t.extra_lengths),
-             DASH if row.loss_mean is None else f"{row.loss_mean:.3f}",
-             _x(row.speed_ratio, times), _si(row.tokens_per_s), _x(row.memory_ratio, times),
-             DASH if row.memory_mib is None else f"{row.memory_mib:.1f}", _si(row.params, 2), row.status])
+def _cells(t: SweepTable, row: Row, times: str = "x") -> list[tuple[str, str]]:
+    """A row's human-readable cells (unescaped) and the mark after each, in ``columns`` order."""
+    return [(c.text(row, times), c.mark(row) if c.mark else "") for c in columns(t)]
 
 
 def title(t: SweepTable) -> str:
@@ -73,11 +227,10 @@ def rich_table(t: SweepTable):
     from rich.table import Table
 
     table = Table(title=title(t), caption=t.caption(), caption_justify="left")
-    for i, h in enumerate(_headers(t)):
-        table.add_column(h, justify="left" if i == 0 or h == "runs" else "right")
+    for c in columns(t):
+        table.add_column(c.head, justify="left" if c.left else "right")
     for row in t.rows:
-        cells = _cells(t, row)
-        cells[1] = f"{cells[1]} {row.mark}".rstrip()
+        cells = [f"{text} {mark}".rstrip() for text, mark in _cells(t, row)]
         if row.is_baseline:
             cells[0] += " (baseline)"
         bad = row.n == 0
@@ -90,14 +243,12 @@ def _md_escape(text: str) -> str:
 
 
 def to_markdown(t: SweepTable) -> str:
-    headers = _headers(t)
+    cols = columns(t)
     lines = [f"**{_md_escape(title(t))}**", "",
-             "| " + " | ".join(_md_escape(h) for h in headers) + " |",
-             "|" + "|".join(":---" if i == 0 or h == "runs" else "---:" for i, h in enumerate(headers)) + "|"]
+             "| " + " | ".join(_md_escape(c.head) for c in cols) + " |",
+             "|" + "|".join(":---" if c.left else "---:" for c in cols) + "|"]
     for row in t.rows:
-        cells = [_md_escape(c) for c in _cells(t, row)]
-        if row.mark:
-            cells[1] += " " + _md_escape(row.mark)
+        cells = [_md_escape(text) + (" " + _md_escape(mark) if mark else "") for text, mark in _cells(t, row)]
         if row.is_baseline:
             cells[0] += " (baseline)"
         lines.append("| " + " | ".join(cells) + " |")
@@ -107,7 +258,7 @@ def to_markdown(t: SweepTable) -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$"}
+                  "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$", "Δ": r"$\Delta$", "×": r"$\times$"}
 
 
 def latex_escape(text: str) -> str:
@@ -115,9 +266,9 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(t: SweepTable) -> str:
-    headers = _headers(t)
-    heads = [latex_escape(h[:1].upper() + h[1:]) for h in headers]
-    align = "l" + "r" * (len(headers) - 2) + "l"
+    cols = columns(t)
+    heads = [latex_escape(c.head[:1].upper() + c.head[1:]) for c in cols]
+    align = "".join("l" if c.left else "r" for c in cols)
     lines = [
         f"% generated by ablate-table; needs \\usepackage{{booktabs}}",
         r"\begin{table}[t]", r"\centering", r"\small",
@@ -126,9 +277,8 @@ def to_latex(t: SweepTable) -> str:
         rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(heads) + r" \\", r"\midrule",
     ]
     for row in t.rows:
-        cells = [latex_escape(c).replace("\x00", r"$\times$") for c in _cells(t, row, times="\x00")]
-        if row.mark:
-            cells[1] += f"$^{{{row.mark}}}$"
+        cells = [latex_escape(text).replace("\x00", r"$\times$") + (f"$^{{{mark}}}$" if mark else "")
+                 for text, mark in _cells(t, row, times="\x00")]
         if row.is_baseline:
             cells[0] += " (baseline)"
         lines.append(" & ".join(cells) + r" \\")
@@ -137,25 +287,16 @@ def to_latex(t: SweepTable) -> str:
 
 
 def csv_columns(t: SweepTable) -> list[str]:
-    """``CSV_COLUMNS``, then ``acc@L`` and ``acc@L_std`` per evaluated length when there are several."""
-    cols = list(CSV_COLUMNS)
-    for L in t.length_columns:
-        cols += [f"acc@{L}", f"acc@{L}_std"]
-    return cols
+    """The CSV's column names: ``CSV_COLUMNS``, then those of ``OPTIONAL_CSV_COLUMNS`` the records
+    support and ``acc@L``/``acc@L_std`` per evaluated length when there are several; a pivoted
+    table has per column value V ``V``, ``V_std``, ``V_n``, ``V_delta``, ... and ``avg`` instead."""
+    return [name for name, _ in csv_fields(t)]
 
 
 def csv_rows(t: SweepTable) -> list[list[Any]]:
     """The table as raw values (None where unknown), in ``csv_columns`` order."""
-    out = []
-    for r in t.rows:
-        values = [r.label, r.accuracy_mean, r.accuracy_std, r.n, r.speed_ratio, r.memory_ratio, r.params,
-                  r.status, r.loss_mean, r.tokens_per_s, r.memory_mib, r.p_value, r.n,
-                  r.counts.get("diverged", 0), r.counts.get("failed", 0), t.speed_source, r.metric or t.metric,
-                  r.counts.get("running", 0), r.counts.get("interrupted", 0), r.key, r.is_baseline]
-        for L in t.length_columns:
-            values += list(r.eval.get(L, (None, None)))
-        out.append(values)
-    return out
+    fields = csv_fields(t)
+    return [[get(t, r) for _, get in fields] for r in t.rows]
 
 
 def to_csv(t: SweepTable) -> str:

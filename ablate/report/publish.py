@@ -1,4 +1,5 @@
-"""Where a table goes: ``table.{md,tex,csv,png}`` in the sweep directory, and the sweep's wandb group."""
+"""Where a table goes: ``table.{md,tex,csv,png}`` (and ``curves.png``, ``lr.png``) in the sweep
+directory, and the sweep's wandb group."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
-from ablate.report.plot import plot
+from ablate.report.plot import curves, lr_plot, plot
 from ablate.report.table import SweepTable
 from ablate.results import write_text_atomic
 
@@ -21,15 +22,23 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
-    """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir`` atomically."""
+    """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir``
+    atomically, and the figures the records support: ``curves.png`` (validation loss vs training
+    FLOPs, when runs recorded ``metrics.history``) and ``lr.png`` (a tuned sweep's validation
+    metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written."""
     d = Path(sweep_dir)
     d.mkdir(parents=True, exist_ok=True)
-    return {
+    written = {
         "markdown": write_atomic(d / "table.md", to_markdown(table)),
         "latex": write_atomic(d / "table.tex", to_latex(table)),
         "csv": write_atomic(d / "table.csv", to_csv(table)),
         "png": plot(table, d / "table.png"),
     }
+    for name, draw in (("curves", curves), ("lr", lr_plot)):
+        path = draw(table, d / f"{name}.png")
+        if path is not None:
+            written[name] = path
+    return written
 
 
 def table_run_id(sweep_dir: str | Path, group: str) -> str:
@@ -39,8 +48,11 @@ def table_run_id(sweep_dir: str | Path, group: str) -> str:
     return f"table-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
 
-def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None) -> str | None:
-    """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` plus the plot.
+def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None,
+                 figures: dict[str, str | Path] | None = None) -> str | None:
+    """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` (the table as
+    shown, pivoted or not: ``csv_columns``) plus the plot, and ``figures`` (``{"curves": path,
+    "lr": path}``, from ``save_outputs``) as ``learning_curves`` / ``lr_sweep`` images.
 
     Every table of a sweep logs to the same run (``table_run_id``): online it is resumed and its
     summary holds the latest table; offline each log is a new local directory, so once the new
@@ -56,7 +68,8 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
     config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
               "metric": table.metric, "experiment": table.experiment, "sweep_dir": str(Path(sweep_dir).resolve()),
               "significance_test": table.significance_test, "eval_lengths": table.eval_lengths,
-              "smoke": bool(table.smoke)}
+              "smoke": bool(table.smoke), "test": table.test, "columns": table.columns_key,
+              "rows": [r.key for r in table.rows], "tuned": table.tuned}
     try:
         import wandb
 
@@ -71,12 +84,17 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
         if png_path is not None and Path(png_path).is_file():
             payload["ablation_plot"] = wandb.Image(str(png_path), caption=table.caption())
+        for name, key in (("curves", "learning_curves"), ("lr", "lr_sweep")):
+            path = (figures or {}).get(name)
+            if path is not None and Path(path).is_file():
+                payload[key] = wandb.Image(str(path))
         run.log(payload)
         run.summary.update({
             "baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
             "speed_note": table.speed_note, "metric": table.metric, "significance_test": table.significance_test,
             "n_variants": len(table.rows), "n_runs": table.n_records, "caption": table.caption(),
             "smoke": bool(table.smoke), "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
+            "n_comparisons": table.n_comparisons, "columns": table.columns_key,
         })
         logged = run_dir(run)
     except Exception as err:  # noqa: BLE001
