@@ -16,15 +16,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import apply_smoke, config_problems
-from ablate.sweep import (PLAN_ENV, REDEFINE_ENV, read_sweep_jobs, same_jobs, swept_keys, sweep_job_overrides,
-                          write_sweep_file)
-
-
-def job_config(config: DictConfig, overrides: list[str]) -> DictConfig:
-    """A job's composed config (with its ``hydra`` node), as the launcher will compose it."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    return GlobalHydra.instance().config_loader().load_sweep_config(config, overrides)
+from ablate.sweep import PLAN_ENV, REDEFINE_ENV, job_signature, read_sweep_definition, same_jobs
+from ablate.sweeper import job_config, plan_sweep
 
 
 def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
@@ -52,7 +45,7 @@ def _check_directory(sweep_dir: Path, jobs: list[list[str]], planning: bool = Fa
     """A sweep directory belongs to one sweep definition: relaunching the same command resumes it;
     another set of jobs there is refused unless asked for (``ablate --redefine``). When only
     planning, the refusal to come is returned as a note instead."""
-    previous = read_sweep_jobs(sweep_dir)
+    previous = read_sweep_definition(sweep_dir)
     if previous is None or same_jobs(previous, jobs) or os.environ.get(REDEFINE_ENV):
         return None
     if planning:
@@ -78,13 +71,23 @@ class SweepCallbacks(Callback):
                      f"{error}); nothing was trained"])
 
     def _check_and_record(self, config: DictConfig) -> None:
-        if config.hydra.sweeper.get("_target_", "").split(".")[-1] != "BasicSweeper":
+        if config.hydra.sweeper.get("_target_", "").split(".")[-1] not in ("AblateSweeper", "BasicSweeper"):
             return  # other sweepers (e.g. optimisers) choose their jobs as they go
-        jobs = sweep_job_overrides(config)
-        planning = bool(os.environ.get(PLAN_ENV))
-        note = _check_directory(Path(config.hydra.sweep.dir), jobs, planning)
+
+        def load(overrides: list[str]) -> DictConfig:
+            cfg = job_config(config, overrides)
+            cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            apply_smoke(cfg)
+            return cfg
+
+        try:
+            plan = plan_sweep(config)  # its jobs at their own steps: a budget only changes how many
+        except ValueError as error:
+            _refuse([f"ablate: this sweep cannot run: {error}. Nothing was trained."])
         bad = {}
-        for overrides in jobs:
+        first = {job_signature(job) for job in plan.first}
+        later = [job for job in plan.definition if job_signature(job) not in first]  # a tuned sweep's final runs
+        for overrides in plan.first + later:
             problems = job_problems(config, overrides)
             if problems:
                 bad[" ".join(overrides) or "(defaults)"] = problems
@@ -93,18 +96,16 @@ class SweepCallbacks(Callback):
             for job, problems in bad.items():
                 lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
             _refuse(lines)
+        plan = plan_sweep(config, load)  # with each job's budget
+        planning = bool(os.environ.get(PLAN_ENV))
+        note = _check_directory(Path(config.hydra.sweep.dir), plan.definition, planning)
         if planning:
             from ablate.plan import show_plan
 
-            def load(overrides: list[str]) -> DictConfig:
-                cfg = job_config(config, overrides)
-                cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-                apply_smoke(cfg)
-                return cfg
-
-            show_plan(Path(config.hydra.sweep.dir), jobs, load, swept_keys(jobs), note)
+            show_plan(Path(config.hydra.sweep.dir), plan.first, load, plan.swept, note,
+                      later=plan.definition if plan.tune else [])
             sys.exit(0)
-        write_sweep_file(config.hydra.sweep.dir, jobs)
+        plan.record(config.hydra.sweep.dir, plan.first)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Print, save and log the sweep's table; exit 1 if any job failed."""

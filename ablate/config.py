@@ -111,7 +111,8 @@ class TuneSettings:
 
 #: what a smoke test keeps of a run (``smoke=true``, ``ablate --smoke``): enough steps to pass
 #: through warm-up, evaluation and the table, a small held-out set
-SMOKE = {"trainer.max_steps": 20, "measure.warmup_steps": 5, "optim.warmup_steps": 5, "task.n_test": 64}
+SMOKE = {"trainer.max_steps": 20, "measure.warmup_steps": 5, "optim.warmup_steps": 5, "task.n_test": 64,
+         "task.n_val": 64}
 
 
 def apply_smoke(cfg: DictConfig) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -114,6 +114,7 @@ class AblateModule(pl.LightningModule):
         self.metric, self.n_classes = metric, n_classes
         self._eval_sums: dict[int, Tensor] = {}
         self._confusion: dict[int, Tensor] = {}
+        self.eval_split = "test"  # what the next trainer.validate evaluates: names its logged metrics
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.model(tokens)
@@ -151,8 +152,25 @@ class AblateModule(pl.LightningModule):
                     gathered = self.all_gather(self._confusion[length])
                     self._confusion[length] = gathered.reshape(-1, self.n_classes, self.n_classes).sum(0)
         for length, e in self.eval_results().items():
-            self.log_dict({f"val/loss@{length}": e["loss"], f"val/accuracy@{length}": e["accuracy"]},
+            self.log_dict({f"{self.eval_split}/loss@{length}": e["loss"],
+                           f"{self.eval_split}/accuracy@{length}": e["accuracy"]},
                           add_dataloader_idx=False, sync_dist=False, rank_zero_only=True)
+
+    @torch.no_grad()
+    def evaluate(self, batches: Sequence[tuple[Tensor, Tensor]]) -> dict[str, float]:
+        """Loss and headline metric over ``batches`` at the training length, in eval mode, without
+        logging and without touching the last validation's results (a learning curve's point)."""
+        saved, was_training = (self._eval_sums, self._confusion), self.training
+        self._eval_sums, self._confusion = {}, {}
+        self.eval()
+        try:
+            for tokens, targets in batches:
+                self.validation_step((tokens.to(self.device), targets.to(self.device)), 0)
+            (result,) = self.eval_results().values()
+        finally:
+            self._eval_sums, self._confusion = saved
+            self.train(was_training)
+        return result
 
     def eval_results(self) -> dict[str, dict[str, float]]:
         """``{length: {accuracy, loss, count}}`` of the last validation, over every labelled position.
@@ -173,3 +191,42 @@ class AblateModule(pl.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(
             step, self.optim["warmup_steps"], self.total_steps, self.optim["min_lr_ratio"]))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def curve_steps(max_steps: int, every: int) -> list[int]:
+    """The steps a learning curve evaluates at: every ``every`` steps (0: none), 25% of the way (the
+    "early loss" of Narang et al. 2021) and the last step."""
+    steps = {max(1, round(0.25 * max_steps)), max_steps}
+    if every > 0:
+        steps |= set(range(every, max_steps + 1, every))
+    return sorted(steps)
+
+
+class LearningCurve(pl.Callback):
+    """Evaluates the model on the validation split at ``steps`` (:func:`curve_steps`) during
+    training, outside the timed steps (``measure.SpeedMeter`` stops its clock first): ``history``
+    holds ``{step, tokens, flops, loss, accuracy}`` per point, ``tokens`` and ``flops`` being what
+    training had consumed by then. Each point goes to the trainer's loggers as ``val/*`` against the
+    step; ``on_point`` (if given) sees each as well."""
+
+    def __init__(self, batches: Sequence[tuple[Tensor, Tensor]], steps: Sequence[int], tokens_per_step: int,
+                 flops_per_token: float, on_point: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.batches, self.steps = list(batches), set(steps)
+        self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
+        self.on_point = on_point
+        self.history: list[dict[str, Any]] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step not in self.steps or (self.history and self.history[-1]["step"] == step):
+            return
+        result = pl_module.evaluate(self.batches)
+        tokens = step * self.tokens_per_step * trainer.world_size
+        point = {"step": step, "tokens": tokens, "flops": tokens * self.flops_per_token,
+                 "loss": result["loss"], "accuracy": result["accuracy"]}
+        self.history.append(point)
+        if trainer.logger is not None:
+            trainer.logger.log_metrics({f"val/{k}": v for k, v in point.items() if k != "step"}, step=step)
+        if self.on_point is not None:
+            self.on_point(point)

@@ -31,7 +31,8 @@ class PlannedJob:
     num: int
     overrides: list[str]
     steps: int
-    status: str          # "done" (an ok record: skipped), "rerun" (failed/diverged/interrupted), "to run"
+    status: str          # "done" (an ok record: skipped), "rerun" (failed/diverged/interrupted), "to run",
+                         # "after tuning" (a tuned sweep's final run, at the lr its tuning runs choose)
     variant: str
     step_time_s: float | None = None
 
@@ -85,11 +86,11 @@ def render(sweep_dir: Path, planned: list[PlannedJob], step_times: dict[str, flo
     if note:
         lines.append(f"  note: {note}")
     width = max((len(" ".join(j.overrides)) for j in planned), default=10)
-    lines.append(f"  {'#':>3}  {'job':<{width}}  {'status':<7} {'steps':>7}  {'s/step':>7}")
+    lines.append(f"  {'#':>3}  {'job':<{width}}  {'status':<12} {'steps':>7}  {'s/step':>7}")
     for job in planned:
         job.step_time_s = step_times.get(job.variant) if job.runs else None
         per_step = f"{job.step_time_s:.3f}" if job.step_time_s else "-"
-        lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<7} "
+        lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<12} "
                      f"{job.steps:>7}  {per_step:>7}")
     todo = [j for j in planned if j.runs]
     steps = sum(j.steps for j in todo)
@@ -104,9 +105,19 @@ def render(sweep_dir: Path, planned: list[PlannedJob], step_times: dict[str, flo
 
 
 def show_plan(sweep_dir: Path, jobs: list[list[str]], load: Callable[[list[str]], DictConfig],
-              swept: list[str], note: str | None = None, print_fn: Callable[[str], Any] = print) -> list[PlannedJob]:
-    """Print the plan of a validated sweep; ``load(overrides)`` composes a job's config."""
+              swept: list[str], note: str | None = None, print_fn: Callable[[str], Any] = print,
+              later: list[list[str]] = ()) -> list[PlannedJob]:
+    """Print the plan of a validated sweep; ``load(overrides)`` composes a job's config. ``later``:
+    a tuned sweep's final jobs, whose learning rate the tuning runs (``jobs``) choose; those whose
+    seed is a tuning seed reuse a tuning run and are not counted."""
     configs = [load(overrides) for overrides in jobs]
     planned = plan_jobs(sweep_dir, jobs, configs, swept)
+    tuning_seeds = {o for job in jobs for o in job if o.startswith("seed=")}
+    for overrides in later:
+        if not any(o in tuning_seeds for o in overrides):
+            cfg = load(overrides)
+            planned.append(PlannedJob(len(planned), overrides + ["optim.lr=<chosen>"], int(cfg.trainer.max_steps),
+                                      "after tuning", variant_key(variant_overrides(overrides, swept)) or "defaults"))
+            configs.append(cfg)
     print_fn(render(sweep_dir, planned, time_variants(planned, configs), note))
     return planned

@@ -24,7 +24,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from ablate.config import apply_smoke, validate
 from ablate.model import MODEL_GROUPS
 from ablate.results import read_record, write_record
-from ablate.sweep import job_variant, override_key, read_sweep_jobs, read_sweep_keys
+from ablate.sweep import _sweep_entry, design_labels, job_variant, override_key, read_sweep_jobs, read_sweep_keys
 
 CHOICE_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
 
@@ -196,6 +196,11 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
     apply_smoke(cfg)
     validate(cfg)
+    if cfg.tune.lr and job.sweep_dir is None:
+        from ablate.config import ConfigError
+
+        raise ConfigError(f"tune.lr={list(cfg.tune.lr)} tunes the learning rate across the runs of a sweep; "
+                          "run it as one: ablate -m tune.lr=... (and the variants to compare)")
     previous = read_record(job.dir)
     if previous and previous.get("status") == "ok" and previous.get("overrides") == job.overrides:
         print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
@@ -205,8 +210,8 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     group = sweep_group(cfg, job.sweep_dir)
     record: dict[str, Any] = {
         "status": "failed", "overrides": job.overrides, "choices": job.choices,
-        "experiment": resolved["experiment"], "config": resolved, "metrics": {}, "error": None,
-        "diverged_step": None, "wandb": None,
+        "experiment": _experiment_entry(resolved["experiment"]), "config": resolved, "metrics": {}, "error": None,
+        "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job),
         "job": job.record_fields(),
     }
     run = _start_wandb(cfg, job, resolved, group) if rank_zero_only.rank == 0 else None
@@ -236,6 +241,24 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     record["metrics"]["wall_time_s"] = time.perf_counter() - started
     _finish(record, run, job)
     return record
+
+
+def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
+    """The record's ``experiment``: a design's rows get their labels, and its base is the baseline
+    unless the experiment names another."""
+    design = experiment.get("design")
+    if not design:
+        return experiment
+    labels = design_labels(design)
+    return {**experiment, "labels": {**labels, **(experiment.get("labels") or {})},
+            "baseline": experiment.get("baseline") or next(iter(labels), None)}
+
+
+def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
+    """The record's ``budget``: what was matched, the steps this job was given, and its baseline."""
+    budget = _sweep_entry(job.sweep_dir, "budget") if job.sweep_dir is not None else None
+    baseline = ((budget or {}).get("baseline_of") or {}).get(job.variant) if isinstance(budget, dict) else None
+    return {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
 
 
 def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str) -> Any:
@@ -319,11 +342,30 @@ def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | No
                       callbacks=callbacks or [], default_root_dir=str(root_dir) if root_dir else None)
 
 
+def flops_per_token(model: Any, seq_len: int) -> float:
+    """Training FLOPs per input token of ``model`` at ``seq_len`` (docs/measurements.md, "FLOPs")."""
+    return float(model.flops_per_token(seq_len))
+
+
+def job_cost(cfg: DictConfig) -> dict[str, float]:
+    """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
+    on the meta device): ``{max_steps, tokens_per_step, flops_per_token}``. A budget's unit."""
+    from ablate.data import build_task
+    from ablate.model.transformer import assemble
+
+    task = build_task(cfg.task)
+    with torch.device("meta"):
+        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
+    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len,
+            "flops_per_token": flops_per_token(model, task.seq_len)}
+
+
 def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
-    """Build data, model and trainer from ``cfg``; fit; evaluate at every length; measure.
+    """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
+    split); evaluate on the test split at every length; measure.
 
     Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
-    from ablate.lit import make_optimizer, masked_loss
+    from ablate.lit import LearningCurve, curve_steps, make_optimizer, masked_loss
     from ablate.measure import SpeedMeter, measure_training_memory
 
     _quiet_lightning()
@@ -331,10 +373,17 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
         torch.set_num_threads(job.torch_threads)
     data, model, module = build(cfg)
     train_loader = data.train_dataloader()
-    metrics.update(metric=data.metric, params=model.num_params(), torch_threads=torch.get_num_threads(),
-                   concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
+    fpt = flops_per_token(model, data.seq_len)
+    metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
+                   torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)
-    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed], job.dir)
+    curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
+                          curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every)), data.tokens_per_batch, fpt)
+    metrics["history"] = curve.history
+    if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
+        run.define_metric("trainer/global_step")
+        run.define_metric("val/*", step_metric="trainer/global_step")
+    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed, curve], job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure
         batch = next(iter(train_loader))
@@ -346,9 +395,16 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     trainer.fit(module, train_dataloaders=train_loader)
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
-    metrics.update(speed.summary(), steps=trainer.global_step)
+    tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size
+    metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
+    if curve.history:
+        early = min(curve.history, key=lambda p: abs(p["step"] - 0.25 * trainer.global_step))
+        last = curve.history[-1]
+        metrics.update(val={"loss": last["loss"], "accuracy": last["accuracy"]},
+                       early_loss=early["loss"], final_loss=last["loss"])
 
-    trainer.validate(module, dataloaders=data.val_dataloader(), verbose=False)
+    module.eval_split = "test"
+    trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
     evals = module.eval_results()
     metrics["eval"] = evals
     first = evals[str(data.val_lengths[0])]

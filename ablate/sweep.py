@@ -110,12 +110,6 @@ def expand_sweep(arguments: list[str]) -> list[list[str]]:
     return [job for batch in batches for job in batch]
 
 
-def sweep_job_overrides(config: Any) -> list[list[str]]:
-    """The overrides of every job of this multirun (its composed config, with the ``hydra`` node)."""
-    params = config.hydra.sweeper.get("params") or {}
-    return expand_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
-
-
 def swept_keys(jobs: list[list[str]]) -> list[str]:
     """The keys that take more than one value across the jobs, in command-line order
     (``seed`` included: ``sweep.json`` records what was swept; variants leave the seed out)."""
@@ -127,10 +121,17 @@ def swept_keys(jobs: list[list[str]]) -> list[str]:
     return [key for key, seen in values.items() if len(seen) > 1]
 
 
-def write_sweep_file(sweep_dir: str | Path, jobs: list[list[str]]) -> Path:
-    """``<sweep_dir>/sweep.json``: ``{"swept": swept_keys(jobs), "jobs": jobs}``, written atomically."""
+def write_sweep_file(sweep_dir: str | Path, jobs: list[list[str]], definition: list[list[str]] | None = None,
+                     swept: list[str] | None = None, **entries: Any) -> Path:
+    """``<sweep_dir>/sweep.json``, written atomically: ``{"swept": swept, "jobs": jobs, "definition":
+    definition, **entries}``. ``jobs`` are every job launched so far; ``definition`` the jobs the
+    command line defines before any learning rate is tuned (default: ``jobs``); ``swept`` the keys
+    that name variants (default: those that vary across the definition); ``entries`` e.g. ``tune``
+    and ``budget`` (docs/internals.md, "sweep.json")."""
+    definition = jobs if definition is None else definition
     path = Path(sweep_dir) / SWEEP_FILE
-    write_json_atomic(path, {"swept": swept_keys(jobs), "jobs": jobs})
+    write_json_atomic(path, {"swept": swept_keys(definition) if swept is None else swept, "jobs": jobs,
+                             "definition": definition, **entries})
     return path
 
 
@@ -155,6 +156,66 @@ def read_sweep_jobs(sweep_dir: str | Path) -> list[list[str]] | None:
     if not isinstance(jobs, list) or not all(isinstance(job, list) for job in jobs):
         return None
     return [[str(o) for o in job] for job in jobs]
+
+
+def read_sweep_definition(sweep_dir: str | Path) -> list[list[str]] | None:
+    """The jobs the sweep's command line defined (its ``jobs`` for sweeps written before definitions
+    were recorded); what a relaunch must match to resume the sweep."""
+    jobs = _sweep_entry(sweep_dir, "definition")
+    if not isinstance(jobs, list) or not all(isinstance(job, list) for job in jobs):
+        return read_sweep_jobs(sweep_dir)
+    return [[str(o) for o in job] for job in jobs]
+
+
+def read_sweep_tune(sweep_dir: str | Path) -> dict | None:
+    """The ``tune`` entry of a sweep whose learning rate is tuned per variant (None otherwise):
+    ``{"lr": grid, "default_lr", "seeds", "metric", "chosen": {variant_key: lr}, "scores": ...}``."""
+    tune = _sweep_entry(sweep_dir, "tune")
+    return tune if isinstance(tune, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Designs: rows generated from a base (experiment.design)
+# ---------------------------------------------------------------------------------------------
+
+def override_value(value: Any) -> str:
+    """A config value as Hydra override text: ``True`` -> ``true``, ``[1, 2]`` -> ``[1,2]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    return str(value)
+
+
+def design_rows(design: Any) -> list[tuple[str, dict[str, str]]]:
+    """The rows of ``experiment.design``: ``[(label, {key: value}), ...]``, the base first.
+
+    Both kinds change one thing at a time from ``base``; they differ in what the base is and so
+    in how a row reads. ``one_at_a_time``: the base is the reference (e.g. the 2017 Transformer) and
+    each row adds one change to it. ``leave_one_out``: the base has every change already (e.g. a
+    modern "Transformer++"), and each row reverts one of them to the older choice, so the table
+    shows what each choice buys in the company of the others. Every row sets every key of the
+    design (the base's value where the row does not change it), so the rows differ only in the
+    keys they change and their variants are named by those keys."""
+    if not design:
+        return []
+    base = {str(k): override_value(v) for k, v in dict(design.get("base") or {}).items()}
+    changes = {str(label): {str(k): override_value(v) for k, v in dict(ov).items()}
+               for label, ov in dict(design["changes"]).items()}
+    keys = list(base) + [k for ov in changes.values() for k in ov if k not in base]
+    # a key only some rows change takes, in the others, its value in the base or else the config's
+    rows = [(str(design.get("base_label") or "base"), dict(base))]
+    rows += [(label, {**base, **ov}) for label, ov in changes.items()]
+    return [(label, {k: row[k] for k in keys if k in row}) for label, row in rows]
+
+
+def design_labels(design: Any) -> dict[str, str]:
+    """``{variant_key: label}`` of a design's rows (the keys that differ between rows name them)."""
+    rows = design_rows(design)
+    varying = {k for _, row in rows for k in row if len({r.get(k) for _, r in rows}) > 1}
+    return {variant_key({k: v for k, v in row.items() if k in varying}): label for label, row in rows}
 
 
 def job_signature(overrides: Iterable[str] | None) -> tuple[str, ...]:

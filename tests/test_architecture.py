@@ -43,7 +43,7 @@ LAYERS = {
     "training": ["ablate.lit", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
                  "ablate.run", "ablate.bench", "ablate.plan"],
     "report": ["ablate.report"],
-    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.report.cli"],
+    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.report.cli"],
 }
 ORDER = list(LAYERS)
 

@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ablate.config import ConfigError, config_problems, validate
+from ablate.sweep import split_override_string
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -45,7 +46,7 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
     cfg = compose_cfg([f"experiment={name}"])
     validate(cfg)
     assert cfg.experiment.name == name
-    assert cfg.experiment.baseline, "an experiment names its baseline variant"
+    assert cfg.experiment.baseline or cfg.experiment.design, "an experiment names its baseline (a design's is its base)"
     cfg = compose_cfg([f"experiment={name}", "hydra.sweeper.params.seed=0"])  # sweep params are overridable
 
 
@@ -54,8 +55,11 @@ def test_experiments_declare_sweeps_seeds_and_budget() -> None:
         raw = OmegaConf.load(path)
         params = raw.hydra.sweeper.params
         assert str(params.seed) == "0,1,2", f"{path.name}: 3 seeds by default"
-        baseline_key, baseline_value = raw.experiment.baseline.split("=")
-        assert baseline_value in str(params[baseline_key]).split(","), f"{path.name}: baseline is swept"
+        if raw.experiment.get("design"):
+            assert "baseline" not in raw.experiment, f"{path.name}: a design's baseline is its base row"
+            continue
+        for key, value in split_override_string(raw.experiment.baseline).items():
+            assert value in str(params[key]).split(","), f"{path.name}: baseline is swept"
 
 
 def test_invalid_combinations_are_named() -> None:

@@ -44,7 +44,7 @@ from typing import Any, Iterable
 from ablate.report.records import bench_speeds, load_bench, sort_records
 from ablate.report.stats import (SIGNIFICANCE_TESTS, TEST_NAMES, TESTS, Comparison, finite, holm, mark, mean,
                                  paired_test, ratio, std, welch_test)
-from ablate.sweep import (_sweep_entry, group_by_variant, job_variant, override_key, records_swept_keys,
+from ablate.sweep import (group_by_variant, job_variant, override_key, read_sweep_tune, records_swept_keys,
                           split_override_string, variant_key, variants)
 
 STATUSES = ("ok", "diverged", "failed", "interrupted", "running")
@@ -603,7 +603,7 @@ def _tune_block(records: list[dict]) -> dict | None:
     dirs = _sweep_dirs(records)
     if len(dirs) != 1 or None in dirs:
         return None
-    tune = _sweep_entry(dirs.pop(), "tune")
+    tune = read_sweep_tune(dirs.pop())
     return tune if isinstance(tune, dict) and tune.get("lr") else None
 
 

@@ -1,0 +1,16 @@
+"""The config node of ``hydra/sweeper=ablate``: Hydra's basic sweeper's keys."""
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class AblateSweeperConf:
+    _target_: str = "hydra_plugins.ablate_sweeper.ablate_sweeper.AblateSweeper"
+    max_batch_size: Optional[int] = None  # launch at most this many jobs per batch (None: each stage at once)
+    params: Optional[Dict[str, str]] = None  # what the sweep varies, as in the basic sweeper
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="ablate", node=AblateSweeperConf, provider="ablate")
