@@ -501,4 +501,5 @@ def test_readme_documents_the_csv_columns():
                              "then every column in backquotes: `variant`, `accuracy_mean`, ...")
     names = [n for n in re.findall(r"`([^`]+)`", found[0]) if re.fullmatch(r"[a-z][a-z0-9_]*", n)]
     assert names == list(CSV_COLUMNS) + [c for group in OPTIONAL_CSV_COLUMNS.values() for c in group]
-    assert names == [c for c in csv_columns(build_table(qkv_records())) if "@" not in c]
+    # a sweep whose records have none of the optional keys has exactly the always-present columns
+    assert names[:len(CSV_COLUMNS)] == [c for c in csv_columns(build_table(qkv_records())) if "@" not in c]
