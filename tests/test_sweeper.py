@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import records, run_cli
+import pytest
+from conftest import records, run_cli, wandb_summary
 
 from ablate.sweep import design_labels, design_rows
 
@@ -119,7 +120,7 @@ def test_lr_tuning_runs_each_variant_at_each_lr_then_the_seeds(tmp_path: Path, t
 
 
 def test_learning_curve_in_the_record(tmp_path: Path, tiny: list[str]) -> None:
-    out = run_cli([*tiny, "trainer.max_steps=12", "eval.every=4", "logger=none", "hydra.run.dir=run"], tmp_path)
+    out = run_cli([*tiny, "trainer.max_steps=12", "eval.every=4", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (record,) = records(tmp_path / "run")
     m = record["metrics"]
@@ -129,6 +130,9 @@ def test_learning_curve_in_the_record(tmp_path: Path, tiny: list[str]) -> None:
     assert history[-1]["tokens"] == 12 * 8 * 64 and history[-1]["flops"] == m["train_flops"]
     assert m["early_loss"] == history[0]["loss"] and m["final_loss"] == history[-1]["loss"] == m["val"]["loss"]
     assert m["val"]["loss"] != m["loss"]  # validation and test are different data
+    summary = wandb_summary(record["wandb"]["dir"])["summary"]  # the curve against the step; FLOPs in the summary
+    assert summary["val/loss"] == pytest.approx(history[-1]["loss"]) and summary["trainer/global_step"] >= 12
+    assert summary["train_flops"] == pytest.approx(m["train_flops"]) and summary["flops_per_token"] > 0
 
 
 def test_tune_in_a_single_run_is_refused(tmp_path: Path, tiny: list[str]) -> None:
