@@ -14,7 +14,9 @@ The contract of a ``qkv_sharing`` option (built-in or your own class, named by `
 * optional: ``mask_self`` (bool attribute: the model then masks each token's own key), an output
   projection named ``out_proj`` and a fused input projection whose ``roles`` tag its output rows
   (both read by the init schemes in ``init.py``), ``problems(settings, context)`` (a classmethod
-  returning what is wrong with its settings for the model in ``context``).
+  returning what is wrong with its settings for the model in ``context``), ``flops(seq_len,
+  batch_size)`` (its forward FLOPs per token, pattern included; without it, or with a ``forward``
+  or ``project`` of its own that it does not describe, its forward is measured, ``flops.py``).
 
 Subclassing :class:`Attention` gives all of that but ``project``. ``check`` verifies the contract
 for any class before training: its settings against its signature, a build and a forward on the
@@ -52,6 +54,7 @@ from torch import Tensor
 
 from ablate.components import Context, PositiveInt, check_module, shape_problem
 
+from .flops import linear_flops, pattern_flops
 from .patterns import Softmax
 
 
@@ -136,6 +139,14 @@ class Attention(nn.Module):
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, T, hd), k and v (B, H_kv, T, hd); shared roles are the same tensor."""
         raise NotImplementedError
+
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """Forward FLOPs per token: every Linear of the module once per token (the fused input
+        projection, whose width is what sharing saves, and ``out_proj``), plus the pattern's own
+        count (``patterns.py``). A subclass whose own ``forward`` or ``project`` computes something
+        else either overrides this or is measured (``flops.py``)."""
+        return (linear_flops(self, skip=[self.pattern])
+                + pattern_flops(self.pattern, seq_len, batch_size, self.n_heads, self.head_dim))
 
     def forward(self, x: Tensor, pos: nn.Module, attn_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:

@@ -13,7 +13,10 @@ The contract of an ``attention`` option (built-in or your own class, named by ``
 * optional capability flags (class attributes, default True): ``additive_bias`` (it can add a
   position bias such as alibi's to its scores) and ``mask_self`` (it can hide a token's own key);
   validation refuses a combination the pattern cannot express, naming both options;
-* optional ``problems(settings, context)`` classmethod, as for every component.
+* optional ``problems(settings, context)`` classmethod, as for every component;
+* optional ``flops(seq_len, batch_size)``: its forward FLOPs per token (the score matmuls; see
+  ``flops.py``), else its forward is measured on the meta device; ``checkpointed = True`` when its
+  backward recomputes its forward (then a training step costs 4× its forward, not 3×).
 
 Subclass :class:`Pattern`. ``check`` verifies the contract on the meta device before training.
 Every pattern combines with every ``qkv_sharing`` option: sharing decides q, k, v; the pattern
@@ -77,6 +80,12 @@ class Softmax(Pattern):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
                                               dropout_p=dropout, **extra)
 
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """q·kᵀ and weights·v over all T keys, per query head: 2 · 2·T·d_h · H = 4·T·d_model per
+        token, causal or not (the count FlopCounterMode gives SDPA; a causal kernel may skip the
+        masked half, which this does not credit)."""
+        return 4.0 * seq_len * self.d_model
+
 
 class Local(Pattern):
     """Sliding-window attention: query i sees key j only when |i - j| <= ``window``, to the left
@@ -120,6 +129,11 @@ class Local(Pattern):
         k, v = expand_kv(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
 
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """As softmax's, 4·T·d_model per token: the band is a mask on the full T×T scores, so this
+        implementation computes every score whatever the window (it saves receptive field only)."""
+        return 4.0 * seq_len * self.d_model
+
 
 def linear_quadratic(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     """The reference form of linear attention, O(T²): (φ(q)φ(k)ᵀ ⊙ M) v, row-normalised
@@ -148,6 +162,7 @@ class Linear(Pattern):
 
     additive_bias = False
     mask_self = False
+    checkpointed = True  # training recomputes the forward in backward (see forward)
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, feature_map: Literal["elu"] = "elu",
                  chunk: PositiveInt = 16) -> None:
@@ -165,6 +180,20 @@ class Linear(Pattern):
             # gradient of Katharopoulos et al. 2020 §3.3.1, by recomputation instead of a custom kernel
             return checkpoint(self.mix, q, k, v, attn_mask, is_causal, use_reentrant=False)
         return self.mix(q, k, v, attn_mask, is_causal)
+
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """Forward FLOPs per token, O(T·d_h²) in all (per head, D = d_h):
+
+        encoder: S = φ(K)ᵀV and φ(q)·S (2·D² each), φ(q)·z (2·D): 4·D² + 2·D;
+        decoder: per chunk of C = min(chunk, T) tokens (the last one padded), the chunk's state
+        φ(K)ᵀV and φ(Q)·S (2·C·D² each), the C×C scores and their product with V (2·C²·D each)
+        and φ(Q)·z (2·C·D), divided by the T real tokens."""
+        D, T = self.d_model // self.n_heads, seq_len
+        if not self.causal:
+            return self.n_heads * (4.0 * D * D + 2.0 * D)
+        C = min(self.chunk, T)
+        padded = -(-T // C) * C
+        return self.n_heads * padded * (4.0 * D * D + 4.0 * C * D + 2.0 * D) / T
 
     def mix(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool) -> Tensor:
         k, v = expand_kv(q, k, v)
