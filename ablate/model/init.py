@@ -91,11 +91,13 @@ def small_init(model: nn.Module) -> None:
     _reset(model, lambda name, role, w: w.normal_(0.0, std), std)
 
 
-def deepnet(model: nn.Module) -> None:
+def deepnet(model: nn.Module, allow_without_deepnorm: bool = False) -> None:
     """DeepNet (Wang et al. 2022, Fig. 2): Xavier (gain 1) for Q and K; Xavier with gain
     β = (8N)^(-1/4) for V, the attention output and both FFN layers (N = n_layers, the
     encoder-only / decoder-only value). Only the V rows of a fused QKV weight get β (for
-    ``qkv_shared``, ``kv_shared`` the shared projection carries V and gets β)."""
+    ``qkv_shared``, ``kv_shared`` the shared projection carries V and gets β). β is derived for
+    DeepNorm's residual α: validation refuses it without ``norm=deepnorm`` unless
+    ``allow_without_deepnorm`` asks for the initialisation alone (:func:`pairing_problems`)."""
     beta = (8 * model.n_layers) ** -0.25
 
     def weight(name: str, role: str, w: Tensor) -> None:
@@ -112,12 +114,37 @@ def zero_out(model: nn.Module, std: PositiveFloat = 0.02) -> None:
     _reset(model, lambda name, role, w: w.zero_() if is_residual_out(name) else w.normal_(0.0, std), std)
 
 
+def pairing_problems(target: Any, settings: Mapping[str, Any], model: nn.Module) -> list[str]:
+    """Methods that come in two halves, run as one: DeepNet (Wang et al. 2022, §3) is DeepNorm's
+    residual α (``norm=deepnorm``) *and* its β initialisation (``init=deepnet``); β is derived for
+    α and α assumes β, so either half alone is another method. Refused unless the half is asked
+    for explicitly: ``norm.allow_without_deepnet_init=true`` or ``init.allow_without_deepnorm=true``.
+    ``model``: the assembled model (its blocks' α and norms), ``target``: the init scheme."""
+    blocks = list(getattr(model, "blocks", []))
+    alpha = next((float(b.alpha) for b in blocks if getattr(b, "alpha", 1.0) != 1.0), None)
+    is_deepnet = target is deepnet
+    name = getattr(target, "__name__", type(target).__name__)
+    if alpha is not None and not is_deepnet:
+        norm = blocks[0].attn_norm
+        if not getattr(norm, "allow_without_deepnet_init", False):
+            return [f"norm={type(norm).__name__.lower()} scales the residual by α = {alpha:.3g} (DeepNet, Wang et "
+                    f"al. 2022), which needs DeepNet's β initialisation; got init={name}. Valid: init=deepnet, or "
+                    "norm.allow_without_deepnet_init=true to run the residual scaling alone (half of DeepNet)"]
+    if is_deepnet and alpha is None and not settings.get("allow_without_deepnorm", False):
+        norm = type(blocks[0].attn_norm).__name__.lower() if blocks else "?"
+        return [f"init=deepnet scales V, the output and FFN weights by β = (8N)^(-1/4) for DeepNorm's residual α "
+                f"(Wang et al. 2022), but norm={norm} has no residual scaling. Valid: norm=deepnorm, or "
+                "init.allow_without_deepnorm=true to run the β initialisation alone (half of DeepNet)"]
+    return []
+
+
 def check(target: Any, settings: Mapping[str, Any], model: nn.Module) -> list[str]:
     """Every way ``target`` breaks the init contract: its settings, then a call on ``model``
-    (the model built on the meta device, so nothing is computed)."""
+    (the model built on the meta device, so nothing is computed), then a method whose other half
+    the model lacks (:func:`pairing_problems`)."""
     problems = settings_problems("init", target, settings, {"model": model})
     if problems:
         return problems
     with torch.device("meta"):
         _, problems = call_problems("init", target, lambda: target(model, **settings))
-    return problems
+    return problems or pairing_problems(target, settings, model)

@@ -31,11 +31,16 @@ PLACEMENTS: tuple[str, ...] = Placement.__args__
 
 
 class Norm(nn.Module):
-    """Base class: residual scaling α = 1."""
+    """Base class: residual scaling α = 1, no matmul FLOPs."""
 
     @staticmethod
     def residual_alpha(n_layers: int) -> float:
         return 1.0
+
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """Norms are elementwise: 0 matmul FLOPs (``flops.py``). A subclass (outside ablate) with
+        its own ``forward`` and no ``flops`` of its own is measured instead."""
+        return 0.0
 
 
 class LayerNorm(Norm):
@@ -81,7 +86,13 @@ class DeepNorm(LayerNorm):
     """DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers", eq. in
     §3 and Fig. 2): post-LN with an up-weighted residual, x_{l+1} = LN(α·x_l + G(x_l)),
     α = (2N)^(1/4) for an N-layer encoder-only or decoder-only model (the paper's table in
-    Fig. 2). Use with ``placement: post`` and, as in the paper, ``init=deepnet`` (β)."""
+    Fig. 2). Use with ``placement: post``. DeepNet is α *and* the β initialisation
+    (``init=deepnet``): validation refuses this norm under another init scheme unless
+    ``allow_without_deepnet_init`` asks for the residual scaling alone (``init.pairing_problems``)."""
+
+    def __init__(self, d_model: int, eps: PositiveFloat = 1e-5, allow_without_deepnet_init: bool = False) -> None:
+        super().__init__(d_model, eps)
+        self.allow_without_deepnet_init = allow_without_deepnet_init
 
     @staticmethod
     def residual_alpha(n_layers: int) -> float:
