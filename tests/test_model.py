@@ -45,6 +45,16 @@ def make_cfg(d_model: int = 32, n_heads: int = 4, n_layers: int = 2, causal: boo
     return cfg
 
 
+#: built-in options that are one half of a method and run only with the other (DeepNet's α and β)
+PARTNERS = {("norm", "deepnorm"): {"init": "deepnet"},
+            ("init", "deepnet"): {"norm": {"name": "deepnorm", "placement": "post"}}}
+
+
+def with_partner(group: str, name: str, option=None) -> dict:
+    """``{group: option}`` and the other half of the method, when the option has one."""
+    return {group: option if option is not None else name, **PARTNERS.get((group, name), {})}
+
+
 def build(max_len: int = 16, pad_id: int | None = None, n_outputs: int = 7, **kw):
     torch.manual_seed(0)
     return build_model(make_cfg(**kw), VOCAB, n_outputs, max_len, pad_id).eval()
@@ -59,7 +69,8 @@ YAMLS = sorted((g, p) for g in GROUPS for p in (CONF / g).glob("*.yaml"))
 def test_yaml_names_its_class_and_builds(group, path):
     node = OmegaConf.load(path)
     assert node.name == path.stem and node._target_.startswith("ablate.model.")
-    root = OmegaConf.create({**make_cfg(), "task": {"seq_len": 12}})
+    partner = {g: v for g, v in with_partner(group, path.stem).items() if g != group}
+    root = OmegaConf.create({**make_cfg(**partner), "task": {"seq_len": 12}})
     root[group] = node
     model = build_model(root, VOCAB, 5, 12, None)
     out = model(torch.randint(0, VOCAB, (2, 12)))
@@ -79,8 +90,9 @@ ENTRIES = [(g, n) for g, reg in GROUPS.items() for n in reg]
 @pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
 @pytest.mark.parametrize("group,name", ENTRIES, ids=[f"{g}={n}" for g, n in ENTRIES])
 def test_every_registry_entry_forward_backward(group, name, causal):
-    option = {"name": name, "placement": "post"} if name == "deepnorm" else name
-    model = build(causal=causal, dropout=0.1, **{group: option}).train()
+    if (group, name) == ("pos_enc", "xpos") and not causal:
+        pytest.skip("xpos is refused in an encoder (test_confounds.py)")
+    model = build(causal=causal, dropout=0.1, **with_partner(group, name)).train()
     out = model(torch.randint(0, VOCAB, (2, 9)))
     assert out.shape == (2, 9, 7)
     out.square().mean().backward()
@@ -330,7 +342,8 @@ def _normalised(t: torch.Tensor) -> bool:
 
 
 def _block(placement: str, norm: str = "layernorm", n_layers: int = 1, init: str = "default"):
-    """A model and its first Block (PyTorch's init: sublayer outputs of order 1)."""
+    """A model and its first Block (PyTorch's init: sublayer outputs of order 1; deepnorm: DeepNet's)."""
+    init = "deepnet" if norm == "deepnorm" else init
     model = build(norm={"name": norm, "placement": placement}, n_layers=n_layers, d_model=D,
                   n_heads=H, init=init)
     return model, model.blocks[0]

@@ -4,7 +4,8 @@ The contract of a ``pos_enc`` option (built-in or your own class, named by ``_ta
 module per model, shared by every layer, built as ``cls(d_model, n_heads, causal, max_len,
 **settings)`` (a ``max_len`` setting replaces the model's), acting through four hooks:
 
-* ``embed(x)``        -- (B, T, d) token embeddings -> (B, T, d) (sinusoidal, learned add to them);
+* ``embed(x)``        -- (B, T, d) token embeddings -> (B, T, d) (sinusoidal, learned add to them;
+  ``match_tokens(rms)``, called once after the init scheme, tells a fixed table the tokens' scale);
 * ``rotate(q, k)``    -- (B, H, T, hd) queries and keys of every layer -> the same shapes (rope, xpos);
 * ``bias(q_len, k_len)`` -- an additive (heads, q_len, k_len) score bias, or None (alibi, t5_bias);
 * ``score_bias(q, k)`` -- an additive (B, H, q_len, k_len) score term computed from each layer's
@@ -14,14 +15,17 @@ module per model, shared by every layer, built as ``cls(d_model, n_heads, causal
 
 Subclass :class:`Position`, whose hooks do nothing, and override what your scheme needs; a
 ``problems(settings, context)`` classmethod reports settings that cannot work for the model
-(rope's odd head dimension). ``check`` verifies the contract before training, on the meta device.
+(rope's odd head dimension). FLOPs (``flops.py``): ``flops(seq_len, batch_size)`` counts the
+once-per-forward hooks (``embed``, ``bias``) and ``layer_flops(seq_len, batch_size)`` the
+per-layer ones (``rotate``, ``score_bias``), per token; a subclass that overrides a hook without
+its count is measured on the meta device instead. ``check`` verifies the contract before training, on the meta device.
 Tensors derived from the sequence length only are cached per (length, device, dtype).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import torch
 import torch.nn as nn
@@ -58,6 +62,20 @@ class Position(nn.Module):
         """What is wrong with ``settings`` for a model of ``context`` (empty when fine)."""
         return []
 
+    def match_tokens(self, token_rms: float) -> None:
+        """Called once after the init scheme with the RMS of the token embeddings as the model adds
+        them (``model.embed_scale`` applied): a fixed additive table may scale itself to them
+        (sinusoidal does). Default: nothing."""
+
+    def flops(self, seq_len: int, batch_size: int) -> float:
+        """Matmul FLOPs per token of ``embed`` and ``bias`` (once per forward). The built-in
+        tables, biases and rotations are elementwise or lookups: 0."""
+        return 0.0
+
+    def layer_flops(self, seq_len: int, batch_size: int) -> float:
+        """Matmul FLOPs per token of ``rotate`` and ``score_bias`` in one layer."""
+        return 0.0
+
     def _cached(self, key: tuple, make: Callable[[], object]):
         # Built outside inference mode: Lightning validates under torch.inference_mode, and
         # an inference tensor cached there could not be saved for backward in training.
@@ -77,12 +95,26 @@ class NoPE(Position):
 
 class Sinusoidal(Position):
     """Fixed sinusoids added to the embeddings (Vaswani et al. 2017, §3.5):
-    PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
-    Defined for any length. The token embeddings are not rescaled by sqrt(d) (§3.4)."""
+    PE(pos, 2i) = sin(pos / 10000^(2i/d)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d)),
+    times ``amplitude``. Defined for any length.
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: PositiveFloat = 10000.0) -> None:
+    ``amplitude: tokens`` (the default) sets it, once after the init scheme (``match_tokens``), to
+    the RMS of the token embeddings as the model adds them, so tokens and positions start in the
+    paper's proportion whatever the init: Vaswani et al. add the amplitude-1 table to √d-scaled
+    embeddings drawn with std d^-1/2 (§3.4), i.e. to tokens of RMS 1. With GPT-2's std 0.02 and
+    no scaling, an amplitude-1 table would be ~50× the tokens and swamp them (the first layer
+    would see two different tokens at one position as nearly the same vector). A number fixes
+    the amplitude (1: the paper's table as printed, whatever the tokens' scale)."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int, base: PositiveFloat = 10000.0,
+                 amplitude: Literal["tokens"] | PositiveFloat = "tokens") -> None:
         super().__init__(d_model, n_heads, causal, max_len)
-        self.base = base
+        self.base, self.amplitude = base, amplitude
+        self.register_buffer("scale", torch.tensor(1.0 if amplitude == "tokens" else float(amplitude)))
+
+    def match_tokens(self, token_rms: float) -> None:
+        if self.amplitude == "tokens" and math.isfinite(token_rms) and token_rms > 0:
+            self.scale.fill_(token_rms)
 
     def table(self, T: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         def make() -> Tensor:
@@ -96,7 +128,7 @@ class Sinusoidal(Position):
         return self._cached((T, device, dtype), make)
 
     def embed(self, x: Tensor) -> Tensor:
-        return x + self.table(x.shape[1], x.device, x.dtype)
+        return x + self.scale.to(x.dtype) * self.table(x.shape[1], x.device, x.dtype)
 
 
 class Learned(Position):
@@ -175,6 +207,12 @@ class RoPE(Position):
         return rq, rk
 
 
+def _xpos_encoder_problem() -> str:
+    return ("pos_enc=xpos needs a decoder: with model.causal=false its decay becomes an up-weighting of keys "
+            "ahead of the query (x1.87 at distance 255); valid: model.causal=true (a causal task), or a "
+            "bidirectional pos_enc (rope, alibi, t5_bias, kerple, deberta, sinusoidal, learned, none)")
+
+
 class XPos(RoPE):
     """xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer", §3.2): RoPE whose
     query at position n is also scaled by ζ^(n/γ) and key by ζ^(-n/γ), with
@@ -182,12 +220,24 @@ class XPos(RoPE):
     factor ζ^((m-n)/γ): relative-offset-only, decaying with distance. Positions are centred
     on the middle of the sequence (as in the authors' torchscale code) to keep the scales
     near 1.
+
+    Decoders only: the factor ζ^((m-n)/γ) < 1 decays with distance only for keys behind the
+    query (m > n); in an encoder a key ahead of the query (m < n) is *up*-weighted by
+    ζ^(-(n-m)/γ) (×1.87 at distance 255 for the lowest ζ, γ = 512), the opposite of the intended
+    decay, so ``causal=false`` is refused (as x-transformers does; the paper's bidirectional
+    variant uses a different, blockwise scheme).
     """
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
                  base: PositiveFloat = 10000.0, scale_base: PositiveFloat = 512.0) -> None:
+        if not causal:
+            raise ValueError(_xpos_encoder_problem())
         super().__init__(d_model, n_heads, causal, max_len, base)
         self.scale_base = scale_base
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        return super().problems(settings, context) + ([] if context.causal else [_xpos_encoder_problem()])
 
     def cos_sin_scale(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
         def make() -> tuple[Tensor, Tensor, Tensor]:
@@ -290,12 +340,28 @@ class Kerple(Position):
     """KERPLE, logarithmic variant (Chi et al. 2022, "KERPLE: Kernelized Relative Positional
     Embedding for Length Extrapolation", §4, eq. for the log kernel):
     score(i, j) += -r1_h · log(1 + r2_h · |i - j|), with learned r1_h, r2_h > 0 per head
-    (initialised as in the authors' code: r1 ~ U(0, 2), r2 ~ U(0, 1), clamped at 0.01)."""
+    (initialised as in the authors' code: r1 ~ U(0, 2), r2 ~ U(0, 1)).
+
+    The constraint r >= ``MIN`` (0.01, the authors' value) is kept on the *stored* parameters, as
+    the authors do: before each use the values are projected onto it (projected gradient descent:
+    the effect of a clamp after every optimizer step, with no optimizer code in the model). A
+    clamp inside the forward instead would give a parameter below the bound zero gradient for
+    ever; projected, it sits on the bound and leaves it as soon as the gradient points up."""
+
+    MIN = 0.01
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int) -> None:
         super().__init__(d_model, n_heads, causal, max_len)
         self.r1 = nn.Parameter(torch.rand(n_heads) * 2)
         self.r2 = nn.Parameter(torch.rand(n_heads))
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        """r1, r2 <- max(r, MIN) in place, only when one is below (so a value that is already
+        feasible is never written, and a graph that saved it stays valid)."""
+        for r in (self.r1, self.r2):
+            if r.device.type != "meta" and bool((r < self.MIN).any()):
+                r.clamp_(min=self.MIN)
 
     def bias(self, q_len: int, k_len: int) -> Tensor:
         device = self.r1.device
@@ -305,8 +371,8 @@ class Kerple(Position):
             return (i - torch.arange(k_len, device=device)[None, :]).abs().float()
 
         distance = self._cached((q_len, k_len, device), make)
-        r1, r2 = self.r1.clamp(min=0.01), self.r2.clamp(min=0.01)
-        return -r1[:, None, None] * torch.log1p(r2[:, None, None] * distance)
+        self.project_()
+        return -self.r1[:, None, None] * torch.log1p(self.r2[:, None, None] * distance)
 
 
 def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, device: torch.device) -> Tensor:
@@ -349,6 +415,14 @@ class DeBERTa(Position):
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         return q / math.sqrt(3.0), k
+
+    def layer_flops(self, seq_len: int, batch_size: int) -> float:
+        """Per layer: K^r and Q^r, the 2·buckets relative embeddings through two d×d projections
+        (once per batch: 2 · 2·(2·buckets)·d² over B·T tokens), and the two extra score terms,
+        q·K^rᵀ and k·Q^rᵀ against every relative embedding (2 · 2·d·2·buckets per token; the
+        gather that picks δ(i, j) is not a matmul)."""
+        b, d = self.buckets, self.d_model
+        return 8.0 * b * d + 8.0 * b * d * d / (seq_len * batch_size)
 
     def score_bias(self, q: Tensor, k: Tensor) -> Tensor:
         B, H, T, hd = q.shape

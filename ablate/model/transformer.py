@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
+import torch
 import torch.nn as nn
 from omegaconf import OmegaConf
 from torch import Tensor
@@ -22,6 +23,8 @@ from torch import Tensor
 from ablate.components import Fraction, PositiveInt, resolve
 
 from .attention import attention_mask
+from .flops import forward_flops, training_flops
+from .init import pairing_problems
 from .norms import PLACEMENTS, residual_alpha
 from .patterns import Softmax
 from .positions import Position
@@ -43,6 +46,10 @@ class ModelSettings:
     # ALBERT's cross-layer sharing (Lan et al. 2020, §3.1): every k consecutive layers use one
     # block's weights; "all" = one block for the whole stack. Parameters shrink, FLOPs do not.
     share_layers: Literal["none", "all"] | PositiveInt = "none"
+    # The factor on the token embeddings: "none" (GPT-2, BERT: as the init scheme drew them) or
+    # "sqrt_d" (Vaswani et al. 2017, §3.4, meant for embeddings drawn with std d^-1/2). Fixed
+    # additive positions follow the tokens' scale (pos_enc=sinusoidal, amplitude: tokens).
+    embed_scale: Literal["none", "sqrt_d"] = "none"
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
@@ -56,6 +63,10 @@ class ModelSettings:
             return [f"model.share_layers={k} is more than model.n_layers={n}; "
                     "model.share_layers=all shares one block across every layer"]
         return []
+
+
+#: ``model.embed_scale`` -> the factor on the token embeddings of a d_model-wide model
+EMBED_SCALES: dict[str, Callable[[int], float]] = {"none": lambda d: 1.0, "sqrt_d": lambda d: d ** 0.5}
 
 
 def layers_per_block(share_layers: Any, n_layers: int) -> int:
@@ -103,11 +114,12 @@ class Transformer(nn.Module):
     it: with right padding no real token can see a pad, and the fast causal path is kept.
     """
 
-    def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_layers: int,
+    def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_heads: int, n_layers: int,
                  causal: bool, dropout: float, bias: bool, pad_id: int | None,
-                 pos: Position, blocks: list[Block], final_norm: nn.Module) -> None:
+                 pos: Position, blocks: list[Block], final_norm: nn.Module, embed_scale: float = 1.0) -> None:
         super().__init__()
-        self.d_model, self.n_layers, self.causal, self.pad_id = d_model, n_layers, causal, pad_id
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.causal, self.pad_id, self.embed_scale = causal, pad_id, embed_scale
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos = pos
         self.drop = nn.Dropout(dropout)
@@ -123,8 +135,17 @@ class Transformer(nn.Module):
         return attention_mask(T, tokens.device, causal=self.causal, mask_self=self.mask_self,
                               bias=self.pos.bias(T, T), key_padding=pad)
 
+    def embed(self, tokens: Tensor) -> Tensor:
+        """The token embeddings as the model adds positions to them (``model.embed_scale``)."""
+        x = self.tok_emb(tokens)
+        return x if self.embed_scale == 1.0 else x * self.embed_scale
+
+    def token_rms(self) -> float:
+        """The RMS of the token embedding table as ``embed`` scales it."""
+        return float(self.tok_emb.weight.detach().float().pow(2).mean().sqrt()) * self.embed_scale
+
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.drop(self.pos.embed(self.tok_emb(tokens)))
+        x = self.drop(self.pos.embed(self.embed(tokens)))
         attn_mask, is_causal = self.mask(tokens)
         for block in self.blocks:
             x = block(x, self.pos, attn_mask, is_causal)
@@ -133,6 +154,20 @@ class Transformer(nn.Module):
     def num_params(self) -> int:
         """Trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def flops_by_component(self, seq_len: int, batch_size: int = 1) -> dict[str, float]:
+        """Forward FLOPs per token at length ``seq_len`` and ``batch_size`` sequences per batch, by
+        component (attention, ffn, position, norm, head), each as the component counts itself
+        (``flops.py``; docs/measurements.md)."""
+        return forward_flops(self, seq_len, batch_size)
+
+    def flops_per_token(self, seq_len: int, batch_size: int = 1) -> float:
+        """Training FLOPs per input token (forward + backward: 3 × the forward's matmuls, plus what
+        a checkpointed pattern recomputes) at length ``seq_len``, ``batch_size`` sequences per
+        batch. Pass the run's batch size: it matters only for work done once per batch (DeBERTa's
+        relative projections), which the default of 1 charges to every sequence. Shared layers
+        (``model.share_layers``) cost what unshared ones do: each layer still computes."""
+        return training_flops(self, seq_len, batch_size)
 
 
 def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
@@ -147,7 +182,7 @@ def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
 def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
     """The model described by the root config ``cfg``, with each module's own initialisation.
 
-    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers}`` and the
+    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers, embed_scale}`` and the
     groups ``qkv_sharing``, ``attention`` (softmax when absent), ``pos_enc``, ``norm``
     (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
@@ -187,9 +222,10 @@ def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: in
     k = layers_per_block(m.get("share_layers", "none"), L)
     unique = [block() for _ in range(-(-L // k))]
     blocks = [unique[i // k] for i in range(L)]  # the same module object: shared weights
-    return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_layers=L,
+    return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, n_layers=L,
                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
-                       blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm())
+                       blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm(),
+                       embed_scale=EMBED_SCALES[m.get("embed_scale", "none")](d))
 
 
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
@@ -198,5 +234,11 @@ def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
     model is made from a config."""
     model = assemble(cfg, vocab_size, n_outputs, max_len, pad_id)
     init, settings = option(cfg, "init")
+    problems = pairing_problems(init, settings, model)
+    if problems:
+        raise ValueError("; ".join(problems))
     init(model, **settings)
+    if hasattr(model.pos, "match_tokens"):  # a fixed position table takes the tokens' scale
+        with torch.no_grad():
+            model.pos.match_tokens(model.token_rms())
     return model
