@@ -28,8 +28,8 @@ from ablate.components import (ComponentError, Context, NonNegativeInt, Positive
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, patterns, positions
 
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
-ROOT_KEYS = ("seed", "smoke", "model", "experiment", "eval", "budget", "tune", "measure", *MODEL_GROUPS, "task",
-             "optim", "trainer", "logger")
+ROOT_KEYS = ("seed", "smoke", "model", "experiment", "eval", "budget", "tune", "checkpoint", "measure", *MODEL_GROUPS,
+             "task", "optim", "trainer", "logger")
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
 
 
@@ -91,6 +91,14 @@ class BudgetSettings:
     """The ``budget`` node: what every variant of a sweep gets as much of as the baseline."""
 
     match: Literal["steps", "tokens", "flops"] = "steps"
+
+
+@dataclass
+class CheckpointSettings:
+    """The ``checkpoint`` node: saving a job's training state, so that a relaunch resumes it."""
+
+    every_n_steps: NonNegativeInt = 0
+    keep: bool = False
 
 
 @dataclass
@@ -267,7 +275,7 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
         problems.append(f"smoke={cfg.get('smoke')!r} must be true or false")
     for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
                          ("logger", LoggerSettings), ("experiment", ExperimentSettings), ("eval", EvalSettings),
-                         ("budget", BudgetSettings), ("tune", TuneSettings)):
+                         ("budget", BudgetSettings), ("tune", TuneSettings), ("checkpoint", CheckpointSettings)):
         if name in cfg:
             problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
     if "trainer" in cfg:

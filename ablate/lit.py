@@ -7,7 +7,9 @@ rest ``-100`` (see docs/internals.md), so one masked cross-entropy and one accur
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
 
 import pytorch_lightning as pl
@@ -216,6 +218,12 @@ class LearningCurve(pl.Callback):
         self.on_point = on_point
         self.history: list[dict[str, Any]] = []
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": list(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history[:] = state.get("history", [])  # in place: the record holds this list
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
@@ -230,3 +238,74 @@ class LearningCurve(pl.Callback):
             trainer.logger.log_metrics({f"val/{k}": v for k, v in point.items() if k != "step"}, step=step)
         if self.on_point is not None:
             self.on_point(point)
+
+
+class Preempted(RuntimeError):
+    """Training stopped at a step boundary because the job was asked to stop (SIGTERM, or SLURM's
+    SIGUSR1/SIGUSR2 before a time-out or preemption), after saving a checkpoint."""
+
+    def __init__(self, step: int, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum} at step {step}; checkpoint saved")
+        self.step, self.signum = step, signum
+
+
+class Checkpointer(pl.Callback):
+    """Saves the whole training state to ``path`` every ``every_n_steps`` steps (0: never on a
+    schedule) and when :attr:`stop_signal` is set (by a signal handler), then raises :class:`Preempted`.
+
+    The state is Lightning's checkpoint (weights, optimizer, LR scheduler, step, the callbacks'
+    states: the learning curve and the step times so far) plus the RNG states of torch, NumPy and
+    Python; the data stream's position is the step (``ablate.data``'s streams are pure functions of
+    the seed, so a resumed job skips that many batches). Written to a temporary file and renamed, so
+    a job killed while saving keeps its previous checkpoint."""
+
+    def __init__(self, path: str | Path, every_n_steps: int = 0) -> None:
+        self.path, self.every_n_steps = Path(path), int(every_n_steps)
+        self.stop_signal: int | None = None
+        self.wandb_run_id: str | None = None  # saved along, so that a resumed job continues its run
+
+    def state_dict(self) -> dict[str, Any]:
+        import random
+
+        import numpy as np
+
+        name, keys, pos, has_gauss, gauss = np.random.get_state()  # plain types: Lightning loads weights_only
+        return {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                          int(has_gauss), float(gauss)],
+                "python": random.getstate(), "wandb_run_id": self.wandb_run_id}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import random
+
+        import numpy as np
+
+        torch.set_rng_state(state["torch"])
+        name, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        random.setstate(state["python"])
+
+    def save(self, trainer: pl.Trainer) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, self.path)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if self.stop_signal is not None:
+            self.save(trainer)
+            raise Preempted(step, self.stop_signal)
+        if self.every_n_steps and step % self.every_n_steps == 0 and step < (trainer.max_steps or 0):
+            self.save(trainer)
+
+
+def checkpoint_state(path: str | Path) -> dict[str, Any] | None:
+    """``{"step", "wandb_run_id"}`` of a checkpoint :class:`Checkpointer` saved (None if unreadable)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - a torn or foreign file: start the job afresh
+        return None
+    own = next((v for k, v in (ckpt.get("callbacks") or {}).items() if "Checkpointer" in str(k)), {})
+    return {"step": int(ckpt["global_step"]), "wandb_run_id": own.get("wandb_run_id")}

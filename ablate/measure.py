@@ -191,6 +191,15 @@ class SpeedMeter(pl.Callback):
         self.step_tokens.append(self._tokens)
         self._start = None
 
+    # -- a resumed fit keeps the steps timed before its checkpoint ---------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step_times": list(self.step_times), "step_tokens": list(self.step_tokens)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_times = list(state.get("step_times", []))
+        self.step_tokens = list(state.get("step_tokens", []))
+
     # -- results ----------------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import time
 import traceback
@@ -214,33 +215,83 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job),
         "job": job.record_fields(),
     }
-    run = _start_wandb(cfg, job, resolved, group) if rank_zero_only.rank == 0 else None
+    from ablate.lit import Checkpointer, Diverged, Preempted, checkpoint_state
+
+    checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps))
+    resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
+    run = None
+    if rank_zero_only.rank == 0:  # a resumed job continues its wandb run
+        run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
     if run is not None:
         from ablate.tracking import run_dir
 
-        record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run)}
+        record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run),
+                           "id": run.id}
+        checkpointer.wandb_run_id = run.id
     started = time.perf_counter()
-    interrupt = _InterruptWatch()
+    interrupt, stop = _InterruptWatch(), _StopSignals(checkpointer)
     try:
-        with interrupt:
-            train(cfg, job, run, record["metrics"])
+        with interrupt, stop:
+            train(cfg, job, run, record["metrics"], checkpointer, resume)
         record["status"] = "ok"
+        if not cfg.checkpoint.keep:
+            shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
     except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
-        from ablate.lit import Diverged
-
         if isinstance(error, Diverged):
             record["status"], record["diverged_step"] = "diverged", error.step
-        elif isinstance(error, KeyboardInterrupt) or interrupt.seen:
-            # Ctrl-C: Lightning turns it into SystemExit(1) after its own shutdown
+        elif isinstance(error, (KeyboardInterrupt, Preempted)) or interrupt.seen:
+            # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
+            # after its checkpoint: a relaunch resumes the job
             record["status"] = "interrupted"
         record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
         record["traceback"] = traceback.format_exc()
         if not isinstance(error, Exception):  # KeyboardInterrupt/SystemExit: record, then stop
             _finish(record, run, job)
             raise
+        if isinstance(error, Preempted):  # then do what the signal asked: requeue (submitit) or stop
+            _finish(record, run, job)
+            stop.pass_on(error.signum)
     record["metrics"]["wall_time_s"] = time.perf_counter() - started
     _finish(record, run, job)
     return record
+
+
+#: where a job keeps its training state while it runs (removed when it ends ok, unless checkpoint.keep)
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+
+
+class _StopSignals:
+    """SIGTERM (a scheduler stopping the job: ``scancel``, ``scontrol requeue``, preemption) and
+    SIGUSR1/SIGUSR2 (SLURM's warning before a time-out; submitit's preemption signal) ask the
+    job to stop: training finishes its step, saves a checkpoint and stops (``lit.Preempted``), the
+    record says ``interrupted``, and then the signal gets what it was sent for
+    (:meth:`pass_on`): submitit's own handler requeues the job, otherwise the process exits."""
+
+    def __init__(self, checkpointer: Any) -> None:
+        self.checkpointer = checkpointer
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.checkpointer.stop_signal = signum
+
+    def __enter__(self) -> "_StopSignals":
+        for signum in STOP_SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._handler)
+            except (ValueError, OSError):  # not the main thread: the scheduler's defaults stand
+                break
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def pass_on(self, signum: int) -> None:
+        previous = self._previous.get(signum)
+        if callable(previous) and getattr(previous, "__name__", "") != "bypass":
+            previous(signum, None)  # e.g. submitit's checkpoint_and_try_requeue: requeues, exits
+        raise SystemExit(128 + signum)
 
 
 def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
@@ -261,13 +312,13 @@ def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
     return {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
 
 
-def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str) -> Any:
+def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str, run_id: str | None = None) -> Any:
     if cfg.logger.name != "wandb":
         return None
     from ablate.tracking import init_run
 
     return init_run(name=job.name, group=group, job_type=job.variant[:128], project=cfg.logger.project,
-                    config=_wandb_config(resolved, job), dir=job.dir)
+                    config=_wandb_config(resolved, job), dir=job.dir, run_id=run_id)
 
 
 def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
@@ -318,7 +369,7 @@ def _quiet_lightning() -> None:
 
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
     for message in (".*no `val_dataloader`.*", ".*LeafSpec.*", ".*does not have many workers.*",
-                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*"):
+                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*", ".*`srun` command is available.*"):
         warnings.filterwarnings("ignore", message=message)
 
 
@@ -360,7 +411,8 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
             "flops_per_token": flops_per_token(model, task.seq_len)}
 
 
-def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
+def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpointer: Any = None,
+          resume: dict[str, Any] | None = None) -> None:
     """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
     split); evaluate on the test split at every length; measure.
 
@@ -372,7 +424,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
         torch.set_num_threads(job.torch_threads)
     data, model, module = build(cfg)
-    train_loader = data.train_dataloader()
+    resumed_step = int(resume["step"]) if resume else 0
+    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    train_loader = data.train_dataloader(skip=resumed_step * accumulate)
     fpt = flops_per_token(model, data.seq_len)
     metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
                    torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
@@ -383,7 +437,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
-    trainer = make_trainer(cfg, _loggers(cfg, job, run), [speed, curve], job.dir)
+    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else [])
+    trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure
         batch = next(iter(train_loader))
@@ -392,7 +447,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any]) -> None:
         metrics.update(memory=memory, peak_memory_bytes=memory["peak"], memory_source="cpu-accounting")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    trainer.fit(module, train_dataloaders=train_loader)
+    if resume:
+        metrics["resumed_from_step"] = resumed_step
+    trainer.fit(module, train_dataloaders=train_loader, ckpt_path=str(checkpointer.path) if resume else None)
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
     tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterator
 
 import pytorch_lightning as pl
@@ -27,11 +28,13 @@ class TrainStream(IterableDataset):
     restarts it from the beginning, so it is a pure function of ``seed``. Under data-parallel
     training each rank draws its own stream (Lightning adds no sampler to an iterable)."""
 
-    def __init__(self, task: Task, seed: int):
-        self.task, self.seed = task, seed
+    def __init__(self, task: Task, seed: int, skip: int = 0):
+        self.task, self.seed, self.skip = task, seed, skip
 
     def __iter__(self) -> Iterator[Batch]:
-        return iter(self.task.train_batches(self.seed, _rank()))
+        """From batch ``skip`` on: a job resumed from a checkpoint at step s continues the stream
+        where it stopped (``skip`` = s batches, the same ones the interrupted job drew)."""
+        return itertools.islice(self.task.train_batches(self.seed, _rank()), self.skip, None)
 
 
 class FixedBatches(Dataset):
@@ -97,8 +100,9 @@ class AblateDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         self.task.setup()
 
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(TrainStream(self.task, self.seed), batch_size=None, num_workers=0,
+    def train_dataloader(self, skip: int = 0) -> DataLoader:
+        """The training stream, from its ``skip``-th batch on (a resumed job's position)."""
+        return DataLoader(TrainStream(self.task, self.seed, skip), batch_size=None, num_workers=0,
                           collate_fn=_identity)
 
     def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
