@@ -251,7 +251,8 @@ class Preempted(RuntimeError):
 
 class Checkpointer(pl.Callback):
     """Saves the whole training state to ``path`` every ``every_n_steps`` steps (0: never on a
-    schedule) and when :attr:`stop_signal` is set (by a signal handler), then raises :class:`Preempted`.
+    schedule), at the end of training when ``at_end``, and when :attr:`stop_signal` is set (by a
+    signal handler), then raises :class:`Preempted`.
 
     The state is Lightning's checkpoint (weights, optimizer, LR scheduler, step, the callbacks'
     states: the learning curve and the step times so far) plus the RNG states of torch, NumPy and
@@ -259,8 +260,8 @@ class Checkpointer(pl.Callback):
     the seed, so a resumed job skips that many batches). Written to a temporary file and renamed, so
     a job killed while saving keeps its previous checkpoint."""
 
-    def __init__(self, path: str | Path, every_n_steps: int = 0) -> None:
-        self.path, self.every_n_steps = Path(path), int(every_n_steps)
+    def __init__(self, path: str | Path, every_n_steps: int = 0, at_end: bool = False) -> None:
+        self.path, self.every_n_steps, self.at_end = Path(path), int(every_n_steps), at_end
         self.stop_signal: int | None = None
         self.wandb_run_id: str | None = None  # saved along, so that a resumed job continues its run
 
@@ -298,6 +299,10 @@ class Checkpointer(pl.Callback):
             self.save(trainer)
             raise Preempted(step, self.stop_signal)
         if self.every_n_steps and step % self.every_n_steps == 0 and step < (trainer.max_steps or 0):
+            self.save(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.at_end:  # the trained weights, kept (checkpoint.keep=true)
             self.save(trainer)
 
 

@@ -217,7 +217,7 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     }
     from ablate.lit import Checkpointer, Diverged, Preempted, checkpoint_state
 
-    checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps))
+    checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps), bool(cfg.checkpoint.keep))
     resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
     run = None
     if rank_zero_only.rank == 0:  # a resumed job continues its wandb run
@@ -369,7 +369,8 @@ def _quiet_lightning() -> None:
 
     logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
     for message in (".*no `val_dataloader`.*", ".*LeafSpec.*", ".*does not have many workers.*",
-                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*", ".*`srun` command is available.*"):
+                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*", ".*`srun` command is available.*",
+                    ".*all_gather is deprecated.*", ".*when logging on epoch level in distributed.*"):
         warnings.filterwarnings("ignore", message=message)
 
 

@@ -115,9 +115,16 @@ class AblateDataModule(pl.LightningDataModule):
         return self._held_out[key]
 
     def held_out_dataloader(self, split: str, length: int) -> DataLoader:
-        """A loader over ``eval_batches(length, split)``, in order."""
-        return DataLoader(FixedBatches(self.eval_batches(length, split)), batch_size=None, shuffle=False,
-                          num_workers=0, collate_fn=_identity)
+        """A loader over ``eval_batches(length, split)``, in order. Under data-parallel training rank
+        r of w gets batches r, r+w, ... (no batch twice, none left out: the ranks' sums add up to the
+        single-process evaluation; Lightning's own sampler would pad with repeats), so DDP
+        trainers run with ``use_distributed_sampler: false``."""
+        batches = self.eval_batches(length, split)
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            batches = batches[dist.get_rank()::dist.get_world_size()]
+        return DataLoader(FixedBatches(batches), batch_size=None, shuffle=False, num_workers=0,
+                          collate_fn=_identity)
 
     def val_dataloader(self) -> DataLoader:
         """The validation split at the training length ``seq_len``: one loader."""

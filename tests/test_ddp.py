@@ -1,0 +1,40 @@
+"""One run on two CPU processes through Lightning's DDP (gloo): one record, one wandb run, and a
+test evaluation gathered across the ranks that equals a single process's evaluation of the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from conftest import records, run_cli
+from omegaconf import OmegaConf
+
+from ablate.run import CHECKPOINT, build
+
+
+def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list[str]) -> None:
+    out = run_cli([*tiny, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=10",
+                   "task.n_test=60", "checkpoint.keep=true", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (record,) = records(tmp_path / "run")  # rank 0 alone writes the record and the wandb run
+    assert record["status"] == "ok" and record["metrics"]["steps"] == 10
+    assert len(list((tmp_path / "run" / "wandb").glob("offline-run-*"))) == 1
+    # two ranks' batches per step: the record counts the tokens both trained on
+    assert record["metrics"]["tokens"] == 10 * 2 * 8 * 64
+
+    cfg = OmegaConf.create(record["config"])
+    data, model, module = build(cfg)
+    state = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"]
+    module.load_state_dict(state)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, precision=cfg.trainer.precision, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
+    single = module.eval_results()
+    gathered = record["metrics"]["eval"]
+    assert single.keys() == gathered.keys()
+    for length, e in single.items():
+        assert gathered[length]["count"] == e["count"] == 60 * 64  # every example once, none twice
+        assert gathered[length]["accuracy"] == pytest.approx(e["accuracy"], abs=1e-9)
+        assert gathered[length]["loss"] == pytest.approx(e["loss"], rel=1e-5)
