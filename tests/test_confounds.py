@@ -246,3 +246,13 @@ def test_matched_width_is_exact_where_an_integer_width_allows():
     # the case that was +0.45%: d=64 with biases is now the nearest width, within 0.15%
     ffn = builtin_target("ffn", "swiglu")(64, bias=True)
     assert abs(ffn.param_mismatch()) / plain_params(64, 4, True) < 0.0015
+
+
+def test_the_models_ffn_mismatch_is_reported_for_the_table():
+    from test_model import build
+
+    model = build(ffn={"name": "swiglu", "bias": True}, d_model=64, n_heads=4, n_layers=3)
+    assert model.ffn_param_mismatch() == 3 * model.blocks[0].ffn.param_mismatch() == 3 * -44
+    assert build(ffn="relu", n_layers=3).ffn_param_mismatch() == 0
+    assert build(ffn={"name": "swiglu", "bias": True}, d_model=64, n_heads=4, n_layers=3,
+                 share_layers="all").ffn_param_mismatch() == -44

@@ -155,6 +155,13 @@ class Transformer(nn.Module):
         """Trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    def ffn_param_mismatch(self) -> int:
+        """Parameters of the model's FFNs above (+) or below (-) plain FFNs of the same d_model, mult
+        and bias: what ``ffn.match_params`` could not match with an integer width (``ffn.py``; 0 for
+        plain FFNs and for FFNs that do not report it). Shared layers count once, as parameters do."""
+        unique = {id(b): b for b in self.blocks}.values()
+        return sum(int(b.ffn.param_mismatch()) for b in unique if callable(getattr(b.ffn, "param_mismatch", None)))
+
     def flops_by_component(self, seq_len: int, batch_size: int = 1) -> dict[str, float]:
         """Forward FLOPs per token at length ``seq_len`` and ``batch_size`` sequences per batch, by
         component (attention, ffn, position, norm, head), each as the component counts itself
