@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ablate.components import NonNegativeInt
+from ablate.components import NonNegativeInt, PositiveFloat
 
 __all__ = [
     "MeasureSettings",
@@ -57,6 +57,36 @@ class MeasureSettings:
 
     warmup_steps: NonNegativeInt = 20  # training steps not timed (compilation, allocator warm-up)
     memory: bool = True                # account peak training memory
+    peak_flops: PositiveFloat | None = None  # the device's peak FLOP/s for MFU (None: PEAK_FLOPS by name)
+
+
+#: dense peak FLOP/s of common accelerators by a substring of ``torch.cuda.get_device_name()``, for
+#: 16-bit tensor-core math ("16") and plain fp32 ("32"), from the vendors' data sheets (SXM parts;
+#: no sparsity). MFU = training FLOPs per second / this (Chowdhery et al. 2022, appendix B).
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "H200": {"16": 989e12, "32": 67e12},
+    "H100": {"16": 989e12, "32": 67e12},
+    "A100": {"16": 312e12, "32": 19.5e12},
+    "L40S": {"16": 362e12, "32": 91.6e12},
+    "A10": {"16": 125e12, "32": 31.2e12},
+    "L4": {"16": 121e12, "32": 30.3e12},
+    "V100": {"16": 125e12, "32": 15.7e12},
+    "T4": {"16": 65e12, "32": 8.1e12},
+    "RTX 4090": {"16": 165e12, "32": 82.6e12},
+}
+
+
+def peak_flops(device_name: str, precision: str, override: float | None = None) -> float | None:
+    """The peak FLOP/s MFU divides by: ``override`` (``measure.peak_flops``) when set, else the
+    ``PEAK_FLOPS`` entry whose name occurs in ``device_name`` (16-bit precisions: tensor-core
+    peak; ``32-true``: fp32), else None (MFU is then not reported)."""
+    if override:
+        return float(override)
+    bits = "16" if "16" in str(precision) else "32"
+    for name, peaks in PEAK_FLOPS.items():
+        if name.lower() in device_name.lower():
+            return peaks[bits]
+    return None
 
 # --------------------------------------------------------------------------------------------
 # Speed

@@ -455,6 +455,13 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
     tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size
     metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
+    if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
+        from ablate.measure import peak_flops
+
+        device = torch.cuda.get_device_name(trainer.strategy.root_device)
+        peak = peak_flops(device, str(cfg.trainer.precision), cfg.measure.get("peak_flops"))
+        metrics.update(device=device, peak_flops=peak,
+                       mfu=metrics["tokens_per_s"] * fpt / peak if peak else None)
     if curve.history:
         early = min(curve.history, key=lambda p: abs(p["step"] - 0.25 * trainer.global_step))
         last = curve.history[-1]

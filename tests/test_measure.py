@@ -266,3 +266,14 @@ def test_failing_loss_leaves_state_restored():
     assert gc.isenabled()
     assert torch.equal(torch.get_rng_state(), rng)
 
+
+
+def test_peak_flops_by_device_name_precision_and_override() -> None:
+    from ablate.measure import peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989e12
+    assert peak_flops("NVIDIA H100 80GB HBM3", "32-true") == 67e12
+    assert peak_flops("NVIDIA A100-SXM4-40GB", "16-mixed") == 312e12  # not A10's
+    assert peak_flops("NVIDIA A10", "bf16-mixed") == 125e12
+    assert peak_flops("Some Future GPU", "bf16-mixed") is None  # unknown: no MFU rather than a wrong one
+    assert peak_flops("Some Future GPU", "bf16-mixed", override=2e15) == 2e15
