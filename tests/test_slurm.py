@@ -1,0 +1,95 @@
+"""A sweep through `hydra/launcher=submitit_slurm` on a real one-node SLURM cluster on this machine
+(scripts/local_slurm.sh: munged, slurmdbd, slurmctld, slurmd; real sbatch and sacct, real submitit).
+
+Skipped, with the script's reason, where the cluster cannot start (not Linux, not root and not
+already running, no apt-get to install SLURM, a daemon that fails); ABLATE_REQUIRE_SLURM=1 makes
+that a failure instead (for machines that are meant to have it)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from datetime import datetime
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_env, records, run_cli
+
+SCRIPT = REPO / "scripts" / "local_slurm.sh"
+
+
+def local_slurm(command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def slurm_env() -> Iterator[dict[str, str]]:
+    """The environment that points SLURM's commands (and submitit's) at the local cluster; starts the
+    cluster for this module and stops it after, unless it already ran."""
+    already = local_slurm("status").returncode == 0
+    if not already:
+        started = local_slurm("start", timeout=600)  # the first start installs the packages
+        if started.returncode != 0:
+            local_slurm("stop")  # what did start
+            reason = (started.stderr.strip() or started.stdout.strip() or "no output").splitlines()
+            message = f"no local SLURM cluster (scripts/local_slurm.sh start): {' '.join(reason[-3:])}"
+            if os.environ.get("ABLATE_REQUIRE_SLURM") == "1":
+                pytest.fail(message)
+            pytest.skip(message)
+    (conf,) = re.findall(r"SLURM_CONF=(\S+)", local_slurm("env").stdout)
+    yield cli_env(SLURM_CONF=conf)
+    if not already:
+        local_slurm("stop")
+
+
+def sacct_tasks(array_id: str, env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The accounting of a job array's tasks: ``{"<array>_<i>": {State, NodeList, Start, End}}``."""
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array_id, "-o", "JobID,State,NodeList,Start,End"],
+                         env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+    keys = ("State", "NodeList", "Start", "End")
+    return {line.split("|")[0]: dict(zip(keys, line.split("|")[1:])) for line in out.splitlines() if line}
+
+
+def test_a_sweep_runs_as_slurm_jobs_and_ends_in_its_table(tmp_path: Path, tiny: list[str],
+                                                          slurm_env: dict[str, str]) -> None:
+    """2 variants x 2 seeds, one SLURM array task each (1 CPU, the node's default memory share)."""
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "qkv_sharing=independent,qk_shared", "seed=0,1", *tiny, "logger=none",
+                   "hydra/launcher=submitit_slurm", "hydra.launcher.partition=local",
+                   "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
+                   f"hydra.sweep.dir={sweep}"], tmp_path, env=slurm_env, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "Bypassing sacct error" not in out.stdout + out.stderr, "submitit could not read the jobs' states"
+
+    recs = records(sweep)
+    assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}, [r["error"] for r in recs]
+    for r in recs:
+        assert r["job"]["launcher"] == "submitit_slurm"
+        assert r["metrics"]["torch_threads"] == 1, "torch follows the job's SLURM_CPUS_PER_TASK"
+        slurm = r["job"].get("slurm")  # the job's SLURM_* variables, where run.py records them
+        if slurm is not None:
+            assert slurm["job_id"] and slurm["restart_count"] == 0
+    table = (sweep / "table.md").read_text()
+    assert table.count("| 2 ok |") == 2, table
+
+    # each record was written by one task of one SLURM job array, which sacct knows as completed
+    folders = sorted(p for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    assert len(folders) == 4, folders
+    (array_id,) = {p.name.split("_")[0] for p in folders}
+    for r in recs:
+        (task,) = [p.name for p in folders if r["job"]["dir"] in (p / f"{p.name}_0_log.out").read_text()]
+        log = "".join(p.read_text() for p in (sweep / ".submitit" / task).glob("*_log.*"))
+        assert f"JobEnvironment(job_id={task}," in log, "submitit saw the task's SLURM job id in its environment"
+    tasks = sacct_tasks(array_id, slurm_env)
+    assert sorted(tasks) == [p.name for p in folders]
+    assert {t["State"] for t in tasks.values()} == {"COMPLETED"}, tasks
+    node, cpus = subprocess.run(["sinfo", "-h", "-o", "%N %c"], env=slurm_env, capture_output=True, text=True,
+                                check=True).stdout.split()
+    assert {t["NodeList"] for t in tasks.values()} == {node}
+
+    # one-CPU jobs share the node: two ran at once (a job that asks for no memory does not take it all)
+    spans = sorted((datetime.fromisoformat(t["Start"]), datetime.fromisoformat(t["End"])) for t in tasks.values())
+    if int(cpus) >= 2:
+        assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans
