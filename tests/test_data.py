@@ -227,7 +227,8 @@ def test_lm_local_file_and_directory(tmp_path):
     x, y = next(iter(dm.train_dataloader()))
     assert bytes(x[0].tolist()) in text.encode()[:split - n_val]
     (tmp_path / "b.txt").write_text("second file\n" * 300)
-    dm = dm_for("lm", path=str(tmp_path), seq_len=32, batch_size=4)
+    # a directory is concatenated once into the token cache (a temporary one here)
+    dm = dm_for("lm", path=str(tmp_path), seq_len=32, batch_size=4, cache_dir=str(tmp_path / "cache"))
     assert len(dm.task.train_data) + len(dm.task.val_data) + len(dm.task.held_out) == \
         len(text) + 1 + len("second file\n") * 300
     with pytest.raises(ValueError, match="task.path.*does not exist"):

@@ -1,29 +1,45 @@
-"""Byte-level language modelling on local text (``task=lm``).
+"""Language modelling on local text (``task=lm``): bytes, BPE, or your own tokenizer.
 
-Tokens are the UTF-8 bytes of the text (vocabulary 256, no tokenizer, no specials). Each input
-position is labelled with the next byte (metric ``next_token_accuracy``; the loss is nats per
-byte, ``loss / ln 2`` bits per byte).
+Every input position is labelled with the next token (metric ``next_token_accuracy``; the loss
+is nats per token). ``task.tokenizer`` (see :mod:`ablate.data.tokens`):
+
+* ``bytes`` (default): the tokens are the UTF-8 bytes (vocabulary 256, no specials); the loss
+  is nats per byte, ``loss / ln 2`` bits per byte;
+* ``bpe``: byte-level BPE trained locally on (the start of) the training part, ``task.vocab_size``
+  tokens (default 4096);
+* a path to a saved Hugging Face ``tokenizer.json``.
+
+Per-token losses of different tokenizers are not comparable; bits per byte are: after ``setup``
+the task's :attr:`LanguageModel.bytes_per_token` holds the UTF-8 bytes per token of the test
+split, measured over the whole test text, and bits per byte = ``loss / ln 2 / bytes_per_token``.
 
 ``task.path``: a text file, or a directory whose ``*.txt`` files (recursively, sorted by path)
-are concatenated with a newline between files. When ``task.path`` is null the default corpus is
-used: the source code of a fixed list of pure-Python standard-library modules of the running
-interpreter (:data:`DEFAULT_CORPUS_MODULES`, ~1.6 MB on CPython 3.11), located with
-``importlib.util.find_spec`` (falling back to ``sysconfig``'s stdlib directory) and read in that
-order. Every CPython installation ships these files, so nothing is downloaded. The bytes differ
-slightly between Python versions: compare runs made with the same interpreter.
+are concatenated with a newline between files, or a pre-tokenized ``.bin`` (nanoGPT's layout;
+its vocabulary from ``task.vocab_size`` or the sidecar ``x.json``). When ``task.path`` is null the
+default corpus is used: the source code of a fixed list of pure-Python standard-library modules
+of the running interpreter (:data:`DEFAULT_CORPUS_MODULES`, ~1.6 MB on CPython 3.11), located
+with ``importlib.util.find_spec`` (falling back to ``sysconfig``'s stdlib directory) and read in
+that order. Every CPython installation ships these files, so nothing is downloaded. The bytes
+differ slightly between Python versions: compare runs made with the same interpreter.
+
+The text is encoded once into a memory-mapped token file, in a cache shared by every job
+(``task.cache_dir``, else ``$ABLATE_CACHE_DIR``, else ``~/.cache/ablate/tokens``); under ``bytes``
+a single text file is mapped as it is, and the built-in corpus (small, fixed) is read. Training and held-out windows are read from the map, so
+a job's memory does not grow with the corpus.
 
 Split by position::
 
     |<------------------ training part: 1 - val_fraction ------------------>|<- val_fraction ->|
     |  train: windows at seeded random offsets          | validation        | test             |
 
-The last ``val_fraction`` of the bytes is the test split (``val_fraction`` keeps its name from
-when it was the only held-out part). The validation split is the end of the training part:
-``n_val * seq_len + 1`` bytes, but at most a tenth of the training part (and at least
-``seq_len + 1``). Training windows start at seeded uniform random offsets of what is left, so no
-training window reads a validation or test byte. Held-out windows are fixed: up to ``n_test``
-(test) or ``n_val`` (validation) non-overlapping windows, evenly spread over their part, at each
-length asked for.
+The last ``val_fraction`` of the text is the test split (``val_fraction`` keeps its name from
+when it was the only held-out part): of its bytes (moved forward to a character boundary for a
+tokenizer, which encodes the two parts separately), or of the tokens of a ``.bin``. The
+validation split is the end of the training part: ``n_val * seq_len + 1`` tokens, but at most a
+tenth of the training part (and at least ``seq_len + 1``). Training windows start at seeded
+uniform random offsets of what is left, so no training window reads a validation or test token.
+Held-out windows are fixed: up to ``n_test`` (test) or ``n_val`` (validation) non-overlapping
+windows, evenly spread over their part, at each length asked for.
 """
 
 from __future__ import annotations
@@ -35,8 +51,10 @@ import os
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from . import tokens as tok
 from .base import N_VAL, Batch, Task, check_split, train_generator
 
 #: stdlib modules whose source forms the default corpus (all present since Python 3.10)
@@ -68,31 +86,41 @@ def default_corpus_files() -> list[Path]:
     return [p for p in map(_module_source, DEFAULT_CORPUS_MODULES) if p is not None]
 
 
-def read_corpus(path: str | os.PathLike | None) -> bytes:
-    """The bytes of ``path`` (file, or directory of ``*.txt``), or of the default corpus."""
+def corpus_files(path: str | os.PathLike | None) -> list[Path]:
+    """The files of the corpus at ``path`` (file, or directory of ``*.txt``), or of the default."""
     if path is None:
         files = default_corpus_files()
         if not files:
             raise ValueError("task.path is null and the default corpus (Python standard-library "
                              "sources) was not found on this machine; set task.path=FILE")
-    else:
-        p = Path(path).expanduser()
-        if p.is_file():
-            files = [p]
-        elif p.is_dir():
-            files = sorted(q for q in p.rglob("*.txt") if q.is_file())
-            if not files:
-                raise ValueError(f"task.path={str(path)!r} is a directory without *.txt files")
-        else:
-            raise ValueError(f"task.path={str(path)!r} does not exist (lm needs a text file or "
-                             "a directory of *.txt files; null uses the built-in corpus)")
-    return b"\n".join(f.read_bytes() for f in files)
+        return files
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(q for q in p.rglob("*.txt") if q.is_file())
+        if not files:
+            raise ValueError(f"task.path={str(path)!r} is a directory without *.txt files")
+        return files
+    raise ValueError(f"task.path={str(path)!r} does not exist (lm needs a text file, a directory "
+                     "of *.txt files or a .bin token file; null uses the built-in corpus)")
+
+
+def read_corpus(path: str | os.PathLike | None) -> bytes:
+    """The bytes of ``path`` (file, or directory of ``*.txt``), or of the default corpus, in
+    memory (a job reads them through :mod:`ablate.data.tokens` instead)."""
+    return tok.Corpus(corpus_files(path)).read(0, 1 << 62)
+
+
+def is_token_file(path: str | None) -> bool:
+    return path is not None and Path(path).suffix == ".bin"
 
 
 class LanguageModel(Task):
-    """Byte-level causal language modelling (next-byte prediction, Shannon 1951; the
+    """Causal language modelling (next-token prediction; Shannon 1951) over bytes, as in the
     character-level setting of Al-Rfou et al., 2019, "Character-Level Language Modeling with
-    Deeper Self-Attention")."""
+    Deeper Self-Attention", or over byte-level BPE tokens (Sennrich et al., 2016; Radford et
+    al., 2019)."""
 
     name = "lm"
     metric = "next_token_accuracy"
@@ -102,79 +130,159 @@ class LanguageModel(Task):
 
     def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = True, path: str | None = None, val_fraction: float = 0.1,
-                 n_test: int = 256, n_val: int = N_VAL):
+                 n_test: int = 256, n_val: int = N_VAL, tokenizer: str = "bytes",
+                 vocab_size: int | None = None, cache_dir: str | None = None,
+                 bpe_sample_mb: float = tok.DEFAULT_SAMPLE_MB):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.path = None if path is None else str(path)
         self.val_fraction = float(val_fraction)
         self.n_test = int(n_test)
         self.n_val = int(n_val)
+        self.tokenizer = str(tokenizer)
+        self.cache_dir = cache_dir
+        self.bpe_sample_mb = float(bpe_sample_mb)
         if self.path is not None and not Path(self.path).expanduser().exists():
             raise ValueError(f"task.path={self.path!r} does not exist")
+        problems = self._tokenizer_problems({"path": path, "tokenizer": tokenizer, "vocab_size": vocab_size})
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.vocab_size = self.n_classes = self._vocab_size(vocab_size)
+        #: UTF-8 bytes per token of the test split (None until ``setup``, or when unknown)
+        self.bytes_per_token: float | None = 1.0 if self.tokenizer == "bytes" and not is_token_file(self.path) else None
+        #: the token file read (set by ``setup``)
+        self.tokens: tok.Tokens | None = None
+
+    def _vocab_size(self, setting: int | None) -> int:
+        if is_token_file(self.path):
+            return tok.bin_tokens(self.path, setting).vocab_size
+        if self.tokenizer == "bytes":
+            return 256
+        if self.tokenizer == "bpe":
+            return int(setting or tok.DEFAULT_BPE_VOCAB)
+        return tok.tokenizer_vocab_size(self.tokenizer)
+
+    @property
+    def unit(self) -> str:
+        return "bytes" if self.tokenizer == "bytes" and not is_token_file(self.path) else "tokens"
+
+    def _load(self) -> tok.Tokens:
+        if is_token_file(self.path):
+            return tok.bin_tokens(self.path, self.vocab_size)
+        if self.tokenizer == "bytes" and self.path is None:  # small and fixed: read, not cached
+            data = np.frombuffer(bytearray(read_corpus(None)), np.uint8)
+            return tok.Tokens(path="", dtype="uint8", vocab_size=256, tokenizer="bytes", n_tokens=len(data),
+                              bytes_per_token=1.0, data=data)
+        files = corpus_files(self.path)
+        if self.tokenizer == "bytes" and len(files) == 1:
+            size = files[0].stat().st_size  # a text file is its own byte-token file
+            return tok.Tokens(path=str(files[0]), dtype="uint8", vocab_size=256, tokenizer="bytes",
+                              n_tokens=size, bytes_per_token=1.0)
+        corpus = tok.Corpus(files)
+        if corpus.size == 0:
+            raise ValueError(f"task.path={self.path!r} is empty: a language model needs text to read")
+        return tok.prepare(corpus, self.tokenizer, self.vocab_size, self.val_fraction, self.cache_dir,
+                           self.bpe_sample_mb, describe=self.path or "the built-in corpus")
 
     def _setup(self) -> None:
-        corpus = read_corpus(self.path)
-        if not corpus:
+        self.tokens = self._load()
+        if self.tokens.n_tokens == 0:
             raise ValueError(f"task.path={self.path!r} is empty: a language model needs text to read")
-        data = torch.frombuffer(bytearray(corpus), dtype=torch.uint8)
-        split = int(round(len(data) * (1 - self.val_fraction)))
-        training, self.held_out = data[:split], data[split:]
+        data = self.tokens.array()
+        split = self.tokens.train_tokens
+        if split is None:
+            split = int(round(len(data) * (1 - self.val_fraction)))
+        if self.tokens.bytes_per_token is not None:
+            self.bytes_per_token = self.tokens.bytes_per_token
+        training, held_out = data[:split], data[split:]
+        unit = self.unit
         n_val = min(self.n_val * self.seq_len + 1, max(self.seq_len + 1, len(training) // 10))
         if len(training) < n_val + self.seq_len + 2:
-            raise ValueError(f"task.path={self.path!r}: the training part has {len(training)} bytes, "
+            raise ValueError(f"task.path={self.path!r}: the training part has {len(training)} {unit}, "
                              f"fewer than one validation window and one training window need "
                              f"(2 * (task.seq_len + 1) + 1 = {2 * self.seq_len + 3})")
-        self.train_data, self.val_data = training[:-n_val], training[-n_val:]
-        if len(self.held_out) < self.max_len + 1:
+        if len(held_out) < self.max_len + 1:
             raise ValueError(f"task.path={self.path!r}: the held-out part ({self.val_fraction:g} of "
-                             f"the text) has {len(self.held_out)} bytes, fewer than the longest "
+                             f"the text) has {len(held_out)} {unit}, fewer than the longest "
                              f"evaluation length + 1 = {self.max_len + 1}")
+        # NumPy views of the map (windows are gathered from these), and the same as tensors
+        self._train, self._val, self._test = training[:-n_val], training[-n_val:], held_out
+        self.train_data, self.val_data, self.held_out = (torch.from_numpy(x) for x in (self._train, self._val, self._test))
+        self._check_ids = is_token_file(self.path)
 
-    @staticmethod
-    def _windows(data: torch.Tensor, starts: torch.Tensor, length: int) -> Batch:
-        w = data[starts[:, None] + torch.arange(length + 1)].long()
+    def _gather(self, data: np.ndarray, starts: np.ndarray, length: int) -> Batch:
+        w = data[starts[:, None] + np.arange(length + 1)].astype(np.int64)
+        if self._check_ids and len(w) and int(w.max()) >= self.vocab_size:
+            raise ValueError(f"task.path={self.path!r} holds token id {int(w.max())}, outside "
+                             f"task.vocab_size={self.vocab_size}")
+        w = torch.from_numpy(w)
         return w[:, :-1], w[:, 1:]
 
     def train_batches(self, seed: int, rank: int = 0):
         self.setup()
         g = train_generator(self.name, seed, rank)
         B, T = self.batch_size, self.seq_len
-        data = self.train_data
+        data = self._train
         hi = len(data) - T  # start s needs s + T < len(data)
-        ar = torch.arange(T + 1)
         while True:
             starts = torch.randint(0, hi, (B,), generator=g)
-            w = data[starts[:, None] + ar].long()
-            yield w[:, :-1], w[:, 1:]
+            yield self._gather(data, starts.numpy(), T)
 
     def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
         self.setup()
         check_split(split)
-        data, n = (self.held_out, self.n_test) if split == "test" else (self.val_data, self.n_val)
+        data, n = (self._test, self.n_test) if split == "test" else (self._val, self.n_val)
         avail = (len(data) - 1) // length
         if avail < 1:
-            raise ValueError(f"task.path={self.path!r}: the {split} part has {len(data)} bytes, "
+            raise ValueError(f"task.path={self.path!r}: the {split} part has {len(data)} {self.unit}, "
                              f"fewer than length + 1 = {length + 1}")
         k = min(n, avail)
-        starts = (torch.arange(k) * avail // k) * length
-        return [self._windows(data, starts[i:i + self.batch_size], length)
+        starts = ((torch.arange(k) * avail // k) * length).numpy()
+        return [self._gather(data, starts[i:i + self.batch_size], length)
                 for i in range(0, k, self.batch_size)]
+
+    @classmethod
+    def _tokenizer_problems(cls, cfg: dict) -> list[str]:
+        path, tokenizer, vocab = cfg.get("path"), cfg.get("tokenizer", "bytes"), cfg.get("vocab_size")
+        problem = tok.tokenizer_problem(tokenizer)
+        if problem:
+            return [problem]
+        if vocab is not None and not (isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0):
+            return [f"task.vocab_size must be a positive integer or null, got {vocab!r}"]
+        if path is not None and is_token_file(str(path)) and Path(str(path)).expanduser().is_file():
+            if tokenizer != "bytes":
+                return [f"task.path={str(path)!r} is already tokenized: leave task.tokenizer unset "
+                        f"(it is {tokenizer!r})"]
+            return tok.bin_problems(str(path), vocab)
+        if tokenizer == "bytes" and vocab not in (None, 256):
+            return [f"task.vocab_size={vocab} needs task.tokenizer=bpe (bytes have 256 tokens)"]
+        if tokenizer == "bpe" and vocab is not None and not 256 < vocab <= 1 << 32:
+            return [f"task.vocab_size={vocab}: a BPE vocabulary holds the 256 bytes and at least one "
+                    "merge, so it must be in 257 .. 2**32"]
+        if tok.is_tokenizer_file(tokenizer) and vocab is not None:
+            return [f"task.vocab_size={vocab}: the vocabulary of task.tokenizer={tokenizer!r} is its "
+                    "own; leave task.vocab_size unset"]
+        return []
 
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
         out = super().problems(cfg, context)
         path = cfg.get("path")
         if path is not None and not Path(str(path)).expanduser().exists():
-            out.append(f"task.path={str(path)!r} does not exist (lm needs a text file or a "
-                       "directory of *.txt files; null uses the built-in corpus)")
-        elif path is not None:
+            out.append(f"task.path={str(path)!r} does not exist (lm needs a text file, a directory "
+                       "of *.txt files or a .bin token file; null uses the built-in corpus)")
+        elif path is not None and not is_token_file(str(path)):
             p = Path(str(path)).expanduser()
             files = [p] if p.is_file() else list(p.rglob("*.txt"))
             if files and not any(f.stat().st_size for f in files if f.is_file()):
                 out.append(f"task.path={str(path)!r} is empty: a language model needs text to read")
+        out += cls._tokenizer_problems(cfg)
         vf = cfg.get("val_fraction", 0.1)
         if not (isinstance(vf, (int, float)) and 0 < vf < 1):
             out.append(f"task.val_fraction must be in (0, 1), got {vf!r}")
+        sample = cfg.get("bpe_sample_mb", tok.DEFAULT_SAMPLE_MB)
+        if not (isinstance(sample, (int, float)) and not isinstance(sample, bool) and sample > 0):
+            out.append(f"task.bpe_sample_mb must be a positive number, got {sample!r}")
         if cfg.get("causal", True) is False:
-            out.append("task.causal=false lets a language model see the byte it must predict; "
+            out.append("task.causal=false lets a language model see the token it must predict; "
                        "lm needs task.causal=true")
         return out
