@@ -136,7 +136,8 @@ class Job:
     def record_fields(self) -> dict[str, Any]:
         """The record's ``job`` entry: where and how this job ran."""
         return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
-                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3)}
+                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3), "slurm": slurm_fields()}
+
 
     @property
     def name(self) -> str:
@@ -150,6 +151,17 @@ class Job:
         swept = read_sweep_keys(self.sweep_dir) if self.sweep_dir is not None else None
         return job_variant(self.overrides, swept) or "defaults"
 
+
+def slurm_fields() -> dict[str, Any] | None:
+    """The SLURM job this process runs in (None outside SLURM): ids, node, CPUs, partition, requeues."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {"job_id": env["SLURM_JOB_ID"], "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+            "array_task_id": env.get("SLURM_ARRAY_TASK_ID"), "node": env.get("SLURMD_NODENAME"),
+            "partition": env.get("SLURM_JOB_PARTITION"),
+            "cpus_per_task": int(env["SLURM_CPUS_PER_TASK"]) if "SLURM_CPUS_PER_TASK" in env else None,
+            "restart_count": int(env.get("SLURM_RESTART_COUNT", 0))}  # unset until the first requeue
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
     """The resolved config, with one key per group holding the option chosen (for dashboard grouping)
@@ -394,9 +406,10 @@ def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | No
                       callbacks=callbacks or [], default_root_dir=str(root_dir) if root_dir else None)
 
 
-def flops_per_token(model: Any, seq_len: int) -> float:
-    """Training FLOPs per input token of ``model`` at ``seq_len`` (docs/measurements.md, "FLOPs")."""
-    return float(model.flops_per_token(seq_len))
+def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
+    """Training FLOPs per input token of ``model`` at ``seq_len`` in batches of ``batch_size``
+    sequences (docs/measurements.md, "FLOPs")."""
+    return float(model.flops_per_token(seq_len, batch_size))
 
 
 def job_cost(cfg: DictConfig) -> dict[str, float]:
@@ -409,7 +422,7 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
     with torch.device("meta"):
         model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
     return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len,
-            "flops_per_token": flops_per_token(model, task.seq_len)}
+            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size)}
 
 
 def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpointer: Any = None,
@@ -428,7 +441,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     resumed_step = int(resume["step"]) if resume else 0
     accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
     train_loader = data.train_dataloader(skip=resumed_step * accumulate)
-    fpt = flops_per_token(model, data.seq_len)
+    fpt = flops_per_token(model, data.seq_len, data.batch_size)
     metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
                    torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from datetime import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_env, records, run_cli
+from conftest import BIN, REPO, cli_env, records, run_cli
 
 SCRIPT = REPO / "scripts" / "local_slurm.sh"
 
@@ -68,9 +69,8 @@ def test_a_sweep_runs_as_slurm_jobs_and_ends_in_its_table(tmp_path: Path, tiny: 
     for r in recs:
         assert r["job"]["launcher"] == "submitit_slurm"
         assert r["metrics"]["torch_threads"] == 1, "torch follows the job's SLURM_CPUS_PER_TASK"
-        slurm = r["job"].get("slurm")  # the job's SLURM_* variables, where run.py records them
-        if slurm is not None:
-            assert slurm["job_id"] and slurm["restart_count"] == 0
+        slurm = r["job"]["slurm"]  # the job's SLURM_* variables
+        assert slurm["job_id"] and slurm["restart_count"] == 0 and slurm["partition"] == "local"
     table = (sweep / "table.md").read_text()
     assert table.count("| 2 ok |") == 2, table
 
@@ -93,3 +93,34 @@ def test_a_sweep_runs_as_slurm_jobs_and_ends_in_its_table(tmp_path: Path, tiny: 
     spans = sorted((datetime.fromisoformat(t["Start"]), datetime.fromisoformat(t["End"])) for t in tasks.values())
     if int(cpus) >= 2:
         assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path: Path, tiny: list[str],
+                                                    slurm_env: dict[str, str]) -> None:
+    """`scontrol requeue` (what preemption does): SLURM sends SIGTERM, the job saves a checkpoint and
+    stops, SLURM starts it again, and it resumes there: the same steps, nothing trained twice."""
+    sweep = tmp_path / "sweep"
+    process = subprocess.Popen(
+        [str(BIN / "ablate"), "-m", "seed=0", *tiny, "trainer.max_steps=3000", "checkpoint.every_n_steps=100",
+         "logger=none", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=local",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, env=slurm_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(sweep.glob("*/checkpoints/last.ckpt")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+    (job_id,) = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True,
+                               check=True).stdout.split()
+    subprocess.run(["scontrol", "requeue", job_id], env=slurm_env, check=True)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 0, out[-2000:] + err[-3000:]
+
+    (record,) = records(sweep)
+    assert record["status"] == "ok" and record["metrics"]["steps"] == 3000
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
+    (stopped,) = re.findall(r"stopped by signal 15 at step (\d+); checkpoint saved", logs)
+    assert record["metrics"]["resumed_from_step"] == int(stopped)  # the checkpoint SIGTERM made
+    assert record["job"]["slurm"]["restart_count"] == 1
+    states = subprocess.run(["sacct", "-n", "-P", "-D", "-X", "-j", job_id.split("_")[0], "-o", "State"],
+                            env=slurm_env, capture_output=True, text=True, check=True).stdout.split()
+    assert "REQUEUED" in states and states[-1] == "COMPLETED", states
