@@ -27,6 +27,10 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+#: options that only run together (DeepNet: the residual scaling and its init)
+PARTNERS = {("norm", "deepnorm"): ["init=deepnet"], ("init", "deepnet"): ["norm=deepnorm"]}
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_composes_and_validates(group: str, option: str) -> None:
     overrides = [f"{group}={option}"]
@@ -34,6 +38,7 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
         overrides.append(f"task.path={FIXTURES / option}")
     if group == "task" and option == "glue":
         overrides.append(f"task.path={FIXTURES / 'glue_sst2'}")
+    overrides += PARTNERS.get((group, option), [])
     if group == "trainer" and option in ("gpu", "ddp"):
         cfg = compose_cfg(overrides)  # composes everywhere; validates only where CUDA exists
         OmegaConf.to_container(cfg, resolve=True)

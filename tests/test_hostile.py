@@ -55,8 +55,8 @@ def wrong_values(value: Any, rng: random.Random) -> list[Any]:
         candidates = [[1], 3, {"a": 1}] if not value.startswith("ablate.") else [3, "no.such.Class"]
     elif isinstance(value, list):
         candidates = ["abc", 5, ["abc"], [{"a": 1}]]
-    elif value is None:
-        candidates = [5, [1], {"a": 1}]
+    elif value is None:  # str, number, list or mapping when set: no scalar is wrong for all of them
+        candidates = [[1], {"a": 1}, [{"b": 2}]]
     else:  # an empty mapping (experiment.labels)
         candidates = ["abc", 5, [1]]
     return rng.sample(candidates, 2)

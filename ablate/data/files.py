@@ -346,7 +346,8 @@ class ClassificationTask(FileTask):
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
         out = super().problems(cfg, context)
-        lengths = [cfg.get("seq_len")] + list(cfg.get("eval_lengths") or [])
+        extra = cfg.get("eval_lengths") or []
+        lengths = [cfg.get("seq_len")] + (list(extra) if isinstance(extra, (list, tuple)) else [])
         if all(_is_int(x) and x > 0 for x in lengths) and min(lengths) < 4:
             out.append(f"task.seq_len={cfg.get('seq_len')} is too short for classification: "
                        "the specials alone take up to 3 positions; use at least 4")
