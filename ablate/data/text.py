@@ -204,10 +204,19 @@ class LanguageModel(Task):
             raise ValueError(f"task.path={self.path!r}: the held-out part ({self.val_fraction:g} of "
                              f"the text) has {len(held_out)} {unit}, fewer than the longest "
                              f"evaluation length + 1 = {self.max_len + 1}")
-        # NumPy views of the map (windows are gathered from these), and the same as tensors
-        self._train, self._val, self._test = training[:-n_val], training[-n_val:], held_out
-        self.train_data, self.val_data, self.held_out = (torch.from_numpy(x) for x in (self._train, self._val, self._test))
+        # where each split lies in the token file; ``train_data``, ``val_data``, ``held_out``: the
+        # same as tensors (views of one map, for inspection; batches map the file afresh)
+        self._parts = {"train": (0, split - n_val), "validation": (split - n_val, split),
+                       "test": (split, len(data))}
+        self.train_data, self.val_data, self.held_out = (torch.from_numpy(data[lo:hi]) for lo, hi in self._parts.values())
         self._check_ids = is_token_file(self.path)
+
+    def _part(self, split: str) -> np.ndarray:
+        """The tokens of ``split`` ("train", "validation", "test") in a new map of the file. A
+        batch drops its map when done, so the pages it read leave the job's resident memory
+        (one long-lived map would count every page ever read; nanoGPT maps per batch too)."""
+        lo, hi = self._parts[split]
+        return self.tokens.array()[lo:hi]
 
     def _gather(self, data: np.ndarray, starts: np.ndarray, length: int) -> Batch:
         w = data[starts[:, None] + np.arange(length + 1)].astype(np.int64)
@@ -221,16 +230,16 @@ class LanguageModel(Task):
         self.setup()
         g = train_generator(self.name, seed, rank)
         B, T = self.batch_size, self.seq_len
-        data = self._train
-        hi = len(data) - T  # start s needs s + T < len(data)
+        lo, hi = self._parts["train"]
+        hi = hi - lo - T  # start s needs s + T < len(data)
         while True:
             starts = torch.randint(0, hi, (B,), generator=g)
-            yield self._gather(data, starts.numpy(), T)
+            yield self._gather(self._part("train"), starts.numpy(), T)
 
     def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
         self.setup()
         check_split(split)
-        data, n = (self._test, self.n_test) if split == "test" else (self._val, self.n_val)
+        data, n = self._part(split), self.n_test if split == "test" else self.n_val
         avail = (len(data) - 1) // length
         if avail < 1:
             raise ValueError(f"task.path={self.path!r}: the {split} part has {len(data)} {self.unit}, "
