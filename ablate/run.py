@@ -9,6 +9,7 @@ says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import signal
@@ -487,5 +488,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     metrics["eval"] = evals
     first = evals[str(data.val_lengths[0])]
     metrics["accuracy"], metrics["loss"] = first["accuracy"], first["loss"]
+    bytes_per_token = getattr(data.task, "bytes_per_token", None)  # text tasks: to compare tokenizers
+    if bytes_per_token:
+        metrics.update(bytes_per_token=bytes_per_token,
+                       bits_per_byte=first["loss"] / math.log(2) / bytes_per_token)
     for length, e in evals.items():
         metrics[f"accuracy@{length}"], metrics[f"loss@{length}"] = e["accuracy"], e["loss"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,7 @@ def test_learning_curve_in_the_record(tmp_path: Path, tiny: list[str]) -> None:
     assert history[-1]["tokens"] == 12 * 8 * 64 and history[-1]["flops"] == m["train_flops"]
     assert m["early_loss"] == history[0]["loss"] and m["final_loss"] == history[-1]["loss"] == m["val"]["loss"]
     assert m["val"]["loss"] != m["loss"]  # validation and test are different data
+    assert m["bytes_per_token"] == 1.0 and m["bits_per_byte"] == pytest.approx(m["loss"] / math.log(2))
     summary = wandb_summary(record["wandb"]["dir"])["summary"]  # the curve against the step; FLOPs in the summary
     assert summary["val/loss"] == pytest.approx(history[-1]["loss"]) and summary["trainer/global_step"] >= 12
     assert summary["train_flops"] == pytest.approx(m["train_flops"]) and summary["flops_per_token"] > 0
