@@ -448,7 +448,7 @@ def test_tasks_with_different_metrics_say_which_metric_each_row_has(tmp_path):
         assert "query" in render(t, fmt) and "next" in render(t, fmt)
     # one metric: the caption names it, as before
     same = build_table(qkv_records())
-    assert same.caption().startswith("token_accuracy on held-out data")
+    assert same.caption().startswith("token_accuracy on the test split")
     assert {r["metric"] for r in csv_dicts(render(same, "csv"))} == {"token_accuracy"}
 
 

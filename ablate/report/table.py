@@ -213,7 +213,7 @@ class SweepTable:
     def metric_note(self) -> str:
         """What the accuracy column holds: the metric, or which metric each task (row) uses."""
         if len(self.metrics) < 2:
-            return f"{self.metric} on held-out data (%)"
+            return f"{self.metric} on the test split (%)"
         uses = []
         for metric in self.metrics:
             rows = [r for r in self.flat if r.metric == metric]
@@ -221,7 +221,7 @@ class SweepTable:
             by_task = tasks and not any(set(r.tasks) & set(tasks) for r in self.flat if r.metric != metric)
             uses.append(f"{metric} for {'task ' if by_task else ''}"
                         + ", ".join(tasks if by_task else [r.label for r in rows]))
-        return (f"accuracy: each task's own metric on held-out data (%), not comparable across metrics "
+        return (f"accuracy: each task's own metric on the test split (%), not comparable across metrics "
                 f"({'; '.join(uses)})")
 
     def test_note(self) -> str:
