@@ -7,7 +7,8 @@ The contract of a ``qkv_sharing`` option (built-in or your own class, named by `
 * ``forward(x, pos, attn_mask, is_causal) -> (B, T, d_model)`` for ``x`` of shape (B, T, d_model):
   ``pos`` is the model's position module (call ``q, k = pos.rotate(q, k)`` on (B, H, T, hd)
   queries and keys); ``attn_mask``/``is_causal`` are SDPA's arguments from ``attention_mask``,
-  built once per forward (the position bias and causal/padding mask, or None and a flag);
+  built once per forward (the position bias and causal/padding mask, or None and a flag), or on
+  CUDA a ``patterns.FlexScores`` (a bias-type position through FlexAttention) to pass on as is;
 * ``pattern`` (attribute): the assembler sets the model's ``attention`` option there; a class
   that does not subclass :class:`Attention` must call it as ``self.pattern(q, k, v, attn_mask,
   is_causal, dropout)`` to combine with ``attention=local|linear`` (the default is softmax);
@@ -156,7 +157,7 @@ class Attention(nn.Module):
         q, k = pos.rotate(q, k)
         if scores is not None:
             attn_mask, is_causal = add_scores(attn_mask, is_causal, scores), False
-        if attn_mask is not None and attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+        if isinstance(attn_mask, Tensor) and attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
             attn_mask = attn_mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
         y = self.pattern(q, k, v, attn_mask, is_causal, self.dropout if self.training else 0.0)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, self.d_model))

@@ -13,6 +13,9 @@ The contract of an ``attention`` option (built-in or your own class, named by ``
 * optional capability flags (class attributes, default True): ``additive_bias`` (it can add a
   position bias such as alibi's to its scores) and ``mask_self`` (it can hide a token's own key);
   validation refuses a combination the pattern cannot express, naming both options;
+* optional ``flex = True`` (default False): it also takes a :class:`FlexScores` as ``attn_mask``
+  (the position bias as a FlexAttention score function instead of a materialised tensor; the
+  model passes one only to a pattern that declares this, see ``Transformer.mask``);
 * optional ``problems(settings, context)`` classmethod, as for every component;
 * optional ``flops(seq_len, batch_size)``: its forward FLOPs per token (the score matmuls; see
   ``flops.py``), else its forward is measured on the meta device; ``checkpointed = True`` when its
@@ -25,7 +28,9 @@ decides which keys each query sees and how.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping
 
 import torch
 import torch.nn as nn
@@ -44,11 +49,70 @@ def expand_kv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
 
 
+try:  # FlexAttention (Dong et al. 2024, "Flex Attention: A Programming Model for Generating
+    # Optimized Attention Kernels"): torch >= 2.5
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - older torch: the materialised mask everywhere
+    create_block_mask = flex_attention = None
+
+
+def flex_available() -> bool:
+    """Whether this torch has FlexAttention."""
+    return flex_attention is not None
+
+
+@dataclass(frozen=True)
+class FlexScores:
+    """What a ``flex`` pattern gets as ``attn_mask`` instead of a (heads, T, T) tensor: the additive
+    position bias as a score function ``score_mod(score, b, h, q_idx, kv_idx) -> score + bias``
+    (``Position.score_mod``), and the causal mask as a ``BlockMask`` (None: every key allowed).
+    The kernel evaluates the bias per score, inside the fused softmax, and skips blocks that
+    the causal mask removes."""
+
+    score_mod: Callable[..., Tensor]
+    block_mask: Any = None
+
+
+def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    return q_idx >= kv_idx
+
+
+_block_masks: dict[tuple, Any] = {}
+
+
+@torch.compiler.disable  # built eagerly, once per (length, device), also inside a compiled model
+def causal_block_mask(T: int, device: torch.device) -> Any:
+    """The causal ``BlockMask`` of a length-T self-attention (cached)."""
+    key = (T, str(device))
+    if key not in _block_masks:
+        with torch.inference_mode(False):  # usable for training when first built in validation
+            _block_masks[key] = create_block_mask(_causal, None, None, T, T, device=device)
+    return _block_masks[key]
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Tensor]:
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, scores: FlexScores) -> Tensor:
+    """softmax(q·kᵀ/√d_h + bias)·v through ``flex_attention`` (GQA: K/V heads shared by groups).
+    FlexAttention's fused kernel exists only compiled: inside a compiled model (``model.compile``)
+    the call is traced with the rest; in an eager model on CUDA it goes through its own
+    ``torch.compile``; elsewhere it runs eagerly, which materialises the scores (CPU: forward
+    only, torch has no CPU backward for it)."""
+    eager = torch.compiler.is_compiling() or q.device.type != "cuda"
+    fn = flex_attention if eager else _compiled_flex()
+    return fn(q, k, v, score_mod=scores.score_mod, block_mask=scores.block_mask,
+              enable_gqa=k.shape[1] != q.shape[1])
+
+
 class Pattern(nn.Module):
     """Base class of attention patterns (see the module docstring for the contract)."""
 
     additive_bias: bool = True   # can add an additive position bias (alibi, t5_bias, kerple)
     mask_self: bool = True       # can exclude each token's own key (qkv_sharing.mask_self)
+    flex: bool = False           # also takes a FlexScores as attn_mask (FlexAttention)
 
     def __init__(self, d_model: int, n_heads: int, causal: bool) -> None:
         super().__init__()
@@ -67,10 +131,20 @@ class Pattern(nn.Module):
 class Softmax(Pattern):
     """Full softmax attention, softmax(q·kᵀ/√d_h + bias)·v (Vaswani et al. 2017, §3.2.1): every
     query sees every allowed key. PyTorch's fused ``scaled_dot_product_attention``, exactly the
-    path every model took before patterns existed (the default)."""
+    path every model took before patterns existed (the default); given a :class:`FlexScores`
+    (a bias-type position on CUDA, ``Transformer.mask``), the same softmax through FlexAttention,
+    with the bias computed inside the kernel (FlexAttention has no dropout: the model passes one
+    only when attention dropout is off)."""
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
+    flex = True
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | FlexScores | None, is_causal: bool,
                 dropout: float = 0.0) -> Tensor:
+        if isinstance(attn_mask, FlexScores):
+            if dropout:
+                raise ValueError("attention=softmax: FlexAttention has no attention dropout; "
+                                 "the model uses the materialised mask when model.dropout > 0")
+            return flex_attend(q, k, v, attn_mask)
         extra = {}
         if k.shape[1] != q.shape[1]:  # MQA/GQA: each K/V head serves a group of query heads
             if attn_mask is None:

@@ -13,6 +13,13 @@ module per model, shared by every layer, built as ``cls(d_model, n_heads, causal
   softmax(q·k/√hd + ...) sees, or None (deberta). Attention adds it to the mask the pattern gets,
   so every pattern that takes an additive bias (softmax, local) takes it; linear refuses it.
 
+A scheme with a ``bias`` may also give it as a FlexAttention score function (Dong et al. 2024):
+``score_mod()`` returns ``f(score, b, h, q_idx, kv_idx) -> score + bias[h, q_idx, kv_idx]`` for a
+self-attention (q_len = k_len), or None (the default). On CUDA the model then never materialises
+the (heads, T, T) bias: softmax attention computes it per score inside FlexAttention's kernel
+(``Transformer.mask``); elsewhere ``bias`` is used. ``score_mod_bias`` evaluates a score function
+on the whole grid, which must equal ``bias`` (alibi, t5_bias and kerple are tested so).
+
 Subclass :class:`Position`, whose hooks do nothing, and override what your scheme needs; a
 ``problems(settings, context)`` classmethod reports settings that cannot work for the model
 (rope's odd head dimension). FLOPs (``flops.py``): ``flops(seq_len, batch_size)`` counts the
@@ -55,6 +62,11 @@ class Position(nn.Module):
     def score_bias(self, q: Tensor, k: Tensor) -> Tensor | None:
         """An additive (B, H, q_len, k_len) score term that depends on q (B, H, T, hd) and k
         (B, H_kv, T, hd) themselves, or None (the default: existing schemes are unaffected)."""
+        return None
+
+    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor] | None:
+        """``bias`` as a FlexAttention score function ``(score, b, h, q_idx, kv_idx) -> score +
+        bias``, for self-attention, or None (the default: ``bias`` is materialised)."""
         return None
 
     @classmethod
@@ -289,6 +301,12 @@ class ALiBi(Position):
 
         return self._cached((q_len, k_len, self.slopes.device), make)
 
+    def score_mod(self) -> Callable[..., Tensor]:
+        return self._score
+
+    def _score(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return score - self.slopes[h] * (q_idx - kv_idx).abs()
+
 
 def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int = 32,
               max_distance: int = 128) -> Tensor:
@@ -297,19 +315,20 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int =
     Bidirectional: half the buckets per direction (keys after the query use the upper half).
     Causal: only keys at or before the query get distinct buckets. Within a direction,
     distances below num_buckets/2 have one bucket each; larger ones share log-spaced buckets
-    up to ``max_distance``, and everything beyond lands in the last bucket.
+    up to ``max_distance``, and everything beyond lands in the last bucket. Elementwise and
+    out of place, so it also runs per score inside a FlexAttention kernel (``T5Bias.score_mod``).
     """
-    buckets = torch.zeros_like(relative_position)
     if bidirectional:
         num_buckets //= 2
-        buckets += (relative_position > 0).long() * num_buckets
+        direction = (relative_position > 0).long() * num_buckets
         distance = relative_position.abs()
     else:
+        direction = 0
         distance = (-relative_position).clamp(min=0)
     max_exact = num_buckets // 2
     log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
     large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
-    return buckets + torch.where(distance < max_exact, distance, large)
+    return direction + torch.where(distance < max_exact, distance.long(), large)
 
 
 class T5Bias(Position):
@@ -334,6 +353,13 @@ class T5Bias(Position):
     def bias(self, q_len: int, k_len: int) -> Tensor:
         idx = self.buckets(q_len, k_len, self.table.weight.device)
         return self.table(idx).permute(2, 0, 1)  # (heads, q_len, k_len); learned, so not cached
+
+    def score_mod(self) -> Callable[..., Tensor]:
+        return self._score
+
+    def _score(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        bucket = t5_bucket(kv_idx - q_idx, not self.causal, self.num_buckets, self.max_distance)
+        return score + self.table.weight[bucket, h]
 
 
 class Kerple(Position):
@@ -373,6 +399,13 @@ class Kerple(Position):
         distance = self._cached((q_len, k_len, device), make)
         self.project_()
         return -self.r1[:, None, None] * torch.log1p(self.r2[:, None, None] * distance)
+
+    def score_mod(self) -> Callable[..., Tensor]:
+        self.project_()
+        return self._score
+
+    def _score(self, score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return score - self.r1[h] * torch.log1p(self.r2[h] * (q_idx - kv_idx).abs())
 
 
 def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, device: torch.device) -> Tensor:
@@ -435,6 +468,19 @@ class DeBERTa(Position):
         # [j, i] = k_j·Q^r_δ(j,i), then transposed to [i, j] (self-attention: delta is square)
         p2c = (k @ q_r.transpose(-1, -2)).gather(-1, delta.expand(B, H, *delta.shape)).transpose(-1, -2)
         return (c2p + p2c) / math.sqrt(3 * hd)
+
+
+def score_mod_bias(score_mod: Callable[..., Tensor], n_heads: int, T: int,
+                   device: torch.device | str | None = None) -> Tensor:
+    """The (heads, T, T) bias a score function adds to a zero score, evaluated per (head, query, key)
+    with ``torch.vmap``, as FlexAttention's reference implementation evaluates it (int32 indices,
+    as its kernels pass them). Differentiable: gradients reach the tensors ``score_mod`` reads."""
+    idx = torch.arange(T, device=device, dtype=torch.int32)
+    heads = torch.arange(n_heads, device=device, dtype=torch.int32)
+    zero, b = torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.int32)
+    f = torch.vmap(lambda h, q, kv: score_mod(zero, b, h, q, kv), in_dims=(None, None, 0))
+    f = torch.vmap(f, in_dims=(None, 0, None))
+    return torch.vmap(f, in_dims=(0, None, None))(heads, idx, idx)
 
 
 def check(target: Any, settings: Mapping[str, Any], context: Context) -> list[str]:

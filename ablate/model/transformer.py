@@ -8,6 +8,13 @@ placement (pre / post / sandwich, see ``norms.py``). The position module is shar
 layers, and so is the attention pattern; the attention mask is built once per forward and
 reused by every layer. With ``model.share_layers`` (ALBERT) several entries of ``blocks`` are
 the same Block object: its parameters are counted once, its compute once per layer.
+
+On CUDA a bias-type position (alibi, t5_bias, kerple) under softmax attention goes through
+FlexAttention instead of a materialised (heads, T, T) mask (``Transformer.mask``;
+``model.flex=off`` keeps the mask). ``model.compile=true`` compiles the model in place
+(``torch.compile``), so its methods, parameter names and checkpoints stay those of the eager
+model. ``model.size=xs|s|m|l`` presets d_model, n_heads and n_layers (``SIZES``) through the
+``ablate_size`` resolver, registered when this module is imported.
 """
 
 from __future__ import annotations
@@ -22,15 +29,50 @@ from torch import Tensor
 
 from ablate.components import Fraction, PositiveInt, resolve
 
-from .attention import attention_mask
+from .attention import Attention, attention_mask
 from .flops import forward_flops, training_flops
 from .init import pairing_problems
 from .norms import PLACEMENTS, residual_alpha
-from .patterns import Softmax
+from .patterns import FlexScores, Softmax, causal_block_mask, flex_available
 from .positions import Position
 
 #: the config groups that name a model component by ``_target_``, in the order they are built
 MODEL_GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")
+
+#: ``model.size`` -> the shape it presets: about 1M, 10M, 40M and 125M parameters with the byte
+#: vocabulary and the default components (pre-LN, GELU FFN of 4·d, no attention bias); the head
+#: dimension is 32 for xs, 64 above. An explicit model.d_model / n_heads / n_layers wins.
+SIZES: dict[str, dict[str, int]] = {
+    "xs": {"d_model": 128, "n_heads": 4, "n_layers": 5},
+    "s": {"d_model": 384, "n_heads": 6, "n_layers": 6},
+    "m": {"d_model": 512, "n_heads": 8, "n_layers": 12},
+    "l": {"d_model": 1024, "n_heads": 16, "n_layers": 10},
+}
+SIZE_RESOLVER = "ablate_size"
+
+
+def size_setting(size: Any, key: str, default: int) -> int:
+    """``${ablate_size:${model.size},KEY,DEFAULT}``: the preset's value of ``key`` (d_model,
+    n_heads, n_layers) for ``model.size``, or ``default`` when the size is null."""
+    if size is None:
+        return default
+    if not isinstance(size, str) or size not in SIZES:
+        raise ValueError(f"model.size={size!r} is not a size preset; valid: {', '.join(SIZES)} "
+                         "(or null: model.d_model/n_heads/n_layers as set)")
+    return SIZES[size][key]
+
+
+def register_size_resolver() -> None:
+    """Make ``${ablate_size:...}`` (``model.d_model`` etc. in conf/config.yaml) resolvable; calling
+    it again does nothing. Called at import of this module, which every process that composes or
+    runs a config imports first (``ablate.cli`` -> ``ablate.config`` -> ``ablate.model``); joblib
+    and submitit job processes also get it with Hydra's state (see ``ablate.sweep.
+    register_job_dir_resolver``)."""
+    if not OmegaConf.has_resolver(SIZE_RESOLVER):
+        OmegaConf.register_new_resolver(SIZE_RESOLVER, size_setting)
+
+
+register_size_resolver()
 
 
 @dataclass
@@ -50,6 +92,13 @@ class ModelSettings:
     # "sqrt_d" (Vaswani et al. 2017, §3.4, meant for embeddings drawn with std d^-1/2). Fixed
     # additive positions follow the tokens' scale (pos_enc=sinusoidal, amplitude: tokens).
     embed_scale: Literal["none", "sqrt_d"] = "none"
+    # The shape preset d_model, n_heads and n_layers default to (SIZES; resolved in the config).
+    size: Literal["xs", "s", "m", "l"] | None = None
+    # torch.compile the model (in place: same parameters, methods and checkpoints).
+    compile: bool = False
+    # FlexAttention for bias-type positions under softmax attention on CUDA ("auto"), or the
+    # materialised mask everywhere ("off").
+    flex: Literal["auto", "off"] = "auto"
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
@@ -112,14 +161,24 @@ class Transformer(nn.Module):
 
     ``pad_id``: keys holding it are masked (encoders; right padding). A causal model ignores
     it: with right padding no real token can see a pad, and the fast causal path is kept.
+
+    ``flex``: when a bias-type position (one with ``score_mod``) goes through FlexAttention
+    instead of its materialised bias: "auto" on CUDA, "on" on every device (CPU: forward only,
+    torch has no CPU backward for it; for tests), "off" never. Only where FlexAttention computes
+    the same thing: a pattern that takes it (softmax), the built-in attention forward, no
+    q/k-dependent ``score_bias``, no key padding or ``mask_self``, no attention dropout in training.
     """
 
     def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_heads: int, n_layers: int,
                  causal: bool, dropout: float, bias: bool, pad_id: int | None,
-                 pos: Position, blocks: list[Block], final_norm: nn.Module, embed_scale: float = 1.0) -> None:
+                 pos: Position, blocks: list[Block], final_norm: nn.Module, embed_scale: float = 1.0,
+                 flex: Literal["auto", "on", "off"] = "auto") -> None:
         super().__init__()
+        if flex not in ("auto", "on", "off"):
+            raise ValueError(f"flex={flex!r}; valid: auto, on, off")
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.causal, self.pad_id, self.embed_scale = causal, pad_id, embed_scale
+        self.flex, self.attn_dropout = flex, dropout
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos = pos
         self.drop = nn.Dropout(dropout)
@@ -127,11 +186,31 @@ class Transformer(nn.Module):
         self.final_norm = final_norm
         self.head = nn.Linear(d_model, n_outputs, bias=bias)
         self.mask_self = any(getattr(b.attn, "mask_self", False) for b in blocks)
+        pos_cls = type(pos)
+        self.flex_capable = (  # see the class docstring, ``flex``
+            getattr(pos_cls, "score_mod", Position.score_mod) is not Position.score_mod
+            and getattr(pos_cls, "score_bias", None) is Position.score_bias and not self.mask_self
+            and all(isinstance(b.attn, Attention) and type(b.attn).forward is Attention.forward
+                    and getattr(b.attn.pattern, "flex", False) for b in blocks))
 
-    def mask(self, tokens: Tensor) -> tuple[Tensor | None, bool]:
-        """(attn_mask, is_causal) for this batch, shared by all layers."""
+    def uses_flex(self, device: torch.device) -> bool:
+        """Whether a forward on ``device`` gives the position bias to FlexAttention (``flex``)."""
+        if self.flex == "off" or not self.flex_capable or not flex_available():
+            return False
+        if self.training and self.attn_dropout > 0:  # FlexAttention has no attention dropout
+            return False
+        return self.flex == "on" or device.type == "cuda"
+
+    def mask(self, tokens: Tensor) -> tuple[Tensor | FlexScores | None, bool]:
+        """(attn_mask, is_causal) for this batch, shared by all layers: a materialised mask, or
+        the position bias as a FlexAttention score function (``uses_flex``)."""
         T = tokens.shape[1]
         pad = tokens.eq(self.pad_id) if self.pad_id is not None and not self.causal else None
+        if pad is None and self.uses_flex(tokens.device):
+            score_mod = self.pos.score_mod()
+            if score_mod is not None:
+                block_mask = causal_block_mask(T, tokens.device) if self.causal else None
+                return FlexScores(score_mod, block_mask), False
         return attention_mask(T, tokens.device, causal=self.causal, mask_self=self.mask_self,
                               bias=self.pos.bias(T, T), key_padding=pad)
 
@@ -189,7 +268,7 @@ def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
 def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
     """The model described by the root config ``cfg``, with each module's own initialisation.
 
-    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers, embed_scale}`` and the
+    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers, embed_scale, flex}`` and the
     groups ``qkv_sharing``, ``attention`` (softmax when absent), ``pos_enc``, ``norm``
     (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
@@ -232,13 +311,13 @@ def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: in
     return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, n_layers=L,
                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
                        blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm(),
-                       embed_scale=EMBED_SCALES[m.get("embed_scale", "none")](d))
+                       embed_scale=EMBED_SCALES[m.get("embed_scale", "none")](d), flex=m.get("flex", "auto"))
 
 
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
                 pad_id: int | None = None) -> Transformer:
-    """Assemble the model described by ``cfg`` and apply its ``init`` scheme: the one place a
-    model is made from a config."""
+    """Assemble the model described by ``cfg``, apply its ``init`` scheme and, with
+    ``model.compile``, compile it: the one place a model is made from a config."""
     model = assemble(cfg, vocab_size, n_outputs, max_len, pad_id)
     init, settings = option(cfg, "init")
     problems = pairing_problems(init, settings, model)
@@ -248,4 +327,8 @@ def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
     if hasattr(model.pos, "match_tokens"):  # a fixed position table takes the tokens' scale
         with torch.no_grad():
             model.pos.match_tokens(model.token_rms())
+    if cfg["model"].get("compile", False):
+        # in place (nn.Module.compile): the model keeps its type, methods (num_params,
+        # flops_per_token) and state_dict keys, so checkpoints load with or without it
+        model.compile()
     return model
