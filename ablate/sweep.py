@@ -211,11 +211,19 @@ def design_rows(design: Any) -> list[tuple[str, dict[str, str]]]:
     return [(label, {k: row[k] for k in keys if k in row}) for label, row in rows]
 
 
-def design_labels(design: Any) -> dict[str, str]:
-    """``{variant_key: label}`` of a design's rows (the keys that differ between rows name them)."""
+def design_keys(design: Any) -> list[str]:
+    """The keys that tell a design's rows apart: set to different values, or set by some rows only
+    (``norm.placement=post`` in one row, the config's own value in the others). They name its
+    variants, so they are swept keys of its sweep even when only one row sets them."""
     rows = design_rows(design)
-    varying = {k for _, row in rows for k in row if len({r.get(k) for _, r in rows}) > 1}
-    return {variant_key({k: v for k, v in row.items() if k in varying}): label for label, row in rows}
+    keys = list(dict.fromkeys(k for _, row in rows for k in row))
+    return [k for k in keys if len({r.get(k) for _, r in rows}) > 1]
+
+
+def design_labels(design: Any) -> dict[str, str]:
+    """``{variant_key: label}`` of a design's rows (named by :func:`design_keys`)."""
+    varying = set(design_keys(design))
+    return {variant_key({k: v for k, v in row.items() if k in varying}): label for label, row in design_rows(design)}
 
 
 def job_signature(overrides: Iterable[str] | None) -> tuple[str, ...]:

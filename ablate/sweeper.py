@@ -32,8 +32,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.results import load_records
-from ablate.sweep import (design_rows, expand_sweep, job_signature, job_variant, override_key, split_override_string,
-                          swept_keys, write_sweep_file)
+from ablate.sweep import (design_keys, design_rows, expand_sweep, job_signature, job_variant, override_key,
+                          split_override_string, swept_keys, write_sweep_file)
 
 LR_KEY = "optim.lr"
 STEPS_KEY = "trainer.max_steps"
@@ -99,7 +99,9 @@ def plan_sweep(config: DictConfig, compose: Callable[[list[str]], DictConfig] | 
     params = config.hydra.sweeper.get("params") or {}
     jobs = expand_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
     definition = _design_jobs(config, jobs)
-    swept = [k for k in swept_keys(definition) if k != LR_KEY]
+    design = config.experiment.get("design")
+    named = design_keys(OmegaConf.to_container(design, resolve=True)) if design else []
+    swept = named + [k for k in swept_keys(definition) if k != LR_KEY and k not in named]
     budget = None
     match = str(OmegaConf.select(config, "budget.match", default="steps"))
     if match != "steps" and compose is not None and config.get("smoke") is not True:  # a smoke test: few steps

@@ -48,6 +48,7 @@ experiment:
     changes:
       "+ SwiGLU": {ffn: swiglu}
       "+ RoPE": {pos_enc: rope}
+      "post-LN": {norm.placement: post}
 hydra:
   sweeper:
     params:
@@ -58,13 +59,14 @@ hydra:
                    f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
-    assert len(recs) == 3 and {r["status"] for r in recs} == {"ok"}
-    combos = {(r["choices"]["ffn"], r["choices"]["pos_enc"]) for r in recs}
-    assert combos == {("relu", "sinusoidal"), ("swiglu", "sinusoidal"), ("relu", "rope")}
+    assert len(recs) == 4 and {r["status"] for r in recs} == {"ok"}
+    combos = {(r["choices"]["ffn"], r["choices"]["pos_enc"], r["config"]["norm"]["placement"]) for r in recs}
+    assert combos == {("relu", "sinusoidal", "pre"), ("swiglu", "sinusoidal", "pre"), ("relu", "rope", "pre"),
+                      ("relu", "sinusoidal", "post")}
     assert recs[0]["experiment"]["baseline"] == "ffn=relu,pos_enc=sinusoidal"
     table = (sweep / "table.md").read_text()
-    for label in ("plain", "+ SwiGLU", "+ RoPE"):
-        assert label in table
+    for label in ("plain", "+ SwiGLU", "+ RoPE", "post-LN"):  # four rows: a key only one row sets names it too
+        assert table.count(f"| {label}") == 1 and f"| {label}" in table, table
 
 
 def test_design_key_also_set_on_the_command_line_is_refused(tmp_path: Path, tiny: list[str]) -> None:
