@@ -66,7 +66,8 @@ hydra:
     assert recs[0]["experiment"]["baseline"] == "ffn=relu,pos_enc=sinusoidal"
     table = (sweep / "table.md").read_text()
     for label in ("plain", "+ SwiGLU", "+ RoPE", "post-LN"):  # four rows: a key only one row sets names it too
-        assert table.count(f"| {label}") == 1 and f"| {label}" in table, table
+        assert table.count(f"| {label}") == 1, table
+    assert table.count("(baseline)") == 1 and "| plain (baseline)" in table, table  # post-LN is compared with it
 
 
 def test_design_key_also_set_on_the_command_line_is_refused(tmp_path: Path, tiny: list[str]) -> None:

@@ -823,6 +823,11 @@ def _baselines(spec: str | None, rows: list[Row], strict: bool) -> tuple[Row, di
         return rows[0], {}
     wanted = split_override_string(spec) if "=" in spec else {}
     matches = [r for r in rows if wanted and wanted.items() <= r.overrides.items()]
+    exact = [r for r in matches if r.overrides == wanted]
+    if exact and len({frozenset(r.overrides) for r in matches}) > 1:
+        # a design's rows: one row is the baseline exactly, the others set keys it leaves at the
+        # config's value (norm.placement=post): they are compared with it, not with themselves
+        return exact[0], {}
     if len(matches) > 1:
         def rest(row: Row) -> dict[str, str]:
             return {k: v for k, v in row.overrides.items() if k not in wanted}
