@@ -94,7 +94,7 @@ def test_relaunch_skips_finished_jobs_and_reruns_missing_ones(tmp_path: Path, ti
 @pytest.mark.timeout(600)
 def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
-    args = _sweep_args(sweep, tiny, 1000)
+    args = _sweep_args(sweep, tiny, 400)
     proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300

@@ -53,12 +53,11 @@ SIZE_RESOLVER = "ablate_size"
 
 def size_setting(size: Any, key: str, default: int) -> int:
     """``${ablate_size:${model.size},KEY,DEFAULT}``: the preset's value of ``key`` (d_model,
-    n_heads, n_layers) for ``model.size``, or ``default`` when the size is null."""
-    if size is None:
-        return default
+    n_heads, n_layers) for ``model.size``, or ``default`` when the size is null. An unknown size
+    resolves to ``default`` too: ``ModelSettings`` names it with the valid sizes, alongside every
+    other problem of the config (raising here would hide them behind one resolution error)."""
     if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"model.size={size!r} is not a size preset; valid: {', '.join(SIZES)} "
-                         "(or null: model.d_model/n_heads/n_layers as set)")
+        return default
     return SIZES[size][key]
 
 
