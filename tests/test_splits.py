@@ -301,11 +301,11 @@ def test_a_task_without_split_is_stopped_before_training() -> None:
         build_task({"_target_": f"{__name__}.OneHeldOutSplit", "seq_len": 8})
     # the whole-config check a run makes before it trains
     with pytest.raises(ConfigError, match="takes no `split`"):
-        validate(compose_cfg(["task=copy", f"task._target_={__name__}.OneHeldOutSplit",
+        validate(compose_cfg(["task=copy", "~task.n_values", f"task._target_={__name__}.OneHeldOutSplit",
                               "model.d_model=16", "model.n_heads=2"]))
     # written against the new contract, it passes and keeps its old batches as the test split
     assert check(TwoSplits, {"seq_len": 8}) == []
-    validate(compose_cfg(["task=copy", f"task._target_={__name__}.TwoSplits", "model.d_model=16", "model.n_heads=2"]))
+    validate(compose_cfg(["task=copy", "~task.n_values", f"task._target_={__name__}.TwoSplits", "model.d_model=16", "model.n_heads=2"]))
     dm = datamodule({"_target_": f"{__name__}.TwoSplits", "seq_len": 8})
     assert same(dm.eval_batches(8, "test"), OneHeldOutSplit(8).eval_batches(8))
     assert not same(list(dm.val_dataloader()), dm.eval_batches(8, "test"))
