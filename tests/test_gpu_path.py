@@ -78,7 +78,7 @@ def test_compile_is_applied_in_place_and_keeps_the_models_methods_and_checkpoint
 
 @pytest.mark.parametrize("key,bad,named", [("compile", "abc", "model.compile='abc'"),
                                            ("flex", "on", "model.flex='on' must be one of 'auto', 'off'"),
-                                           ("size", "xxl", "valid: xs, s, m, l")])
+                                           ("size", "xxl", "must be one of 'xs', 's', 'm', 'l'")])
 def test_the_gpu_path_keys_are_validated_naming_the_choices(key: str, bad: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
         validate(compose_cfg([f"model.{key}={bad}"]))
