@@ -26,7 +26,8 @@ from pytorch_lightning.utilities import rank_zero_only
 from ablate.config import apply_smoke, validate
 from ablate.model import MODEL_GROUPS
 from ablate.results import read_record, write_record
-from ablate.sweep import _sweep_entry, design_labels, job_variant, override_key, read_sweep_jobs, read_sweep_keys
+from ablate.sweep import (design_labels, job_variant, override_key, read_sweep_budget, read_sweep_jobs,
+                          read_sweep_keys)
 
 CHOICE_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
 
@@ -320,8 +321,8 @@ def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
 
 def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """The record's ``budget``: what was matched, the steps this job was given, and its baseline."""
-    budget = _sweep_entry(job.sweep_dir, "budget") if job.sweep_dir is not None else None
-    baseline = ((budget or {}).get("baseline_of") or {}).get(job.variant) if isinstance(budget, dict) else None
+    budget = read_sweep_budget(job.sweep_dir) if job.sweep_dir is not None else None
+    baseline = (budget or {}).get("baseline_of", {}).get(job.variant)
     return {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
 
 

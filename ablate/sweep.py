@@ -167,6 +167,13 @@ def read_sweep_definition(sweep_dir: str | Path) -> list[list[str]] | None:
     return [[str(o) for o in job] for job in jobs]
 
 
+def read_sweep_budget(sweep_dir: str | Path) -> dict | None:
+    """The ``budget`` entry of a sweep whose steps were matched (None otherwise):
+    ``{"match", "steps": {variant_key: steps}, "baseline_of": {variant_key: its baseline}}``."""
+    budget = _sweep_entry(sweep_dir, "budget")
+    return budget if isinstance(budget, dict) else None
+
+
 def read_sweep_tune(sweep_dir: str | Path) -> dict | None:
     """The ``tune`` entry of a sweep whose learning rate is tuned per variant (None otherwise):
     ``{"lr": grid, "default_lr", "seeds", "metric", "chosen": {variant_key: lr}, "scores": ...}``."""

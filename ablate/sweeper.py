@@ -236,12 +236,10 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
 
 def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
     """One batch through the configured launcher (``hydra.sweeper.max_batch_size`` splits it)."""
-    size = sweeper.max_batch_size or len(jobs) or 1
-    results = []
-    for start in range(0, len(jobs), size):
-        batch = jobs[start:start + size]
+    results: list[Any] = []
+    for batch in sweeper.split_overrides_to_chunks(jobs, sweeper.max_batch_size):  # the basic sweeper's own
         sweeper.validate_batch_is_legal(batch)
-        results += list(sweeper.launcher.launch(batch, initial_job_idx=first_index + start))
+        results += list(sweeper.launcher.launch(batch, initial_job_idx=first_index + len(results)))
     for result in results:
         _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)
     return results
