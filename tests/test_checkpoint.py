@@ -65,7 +65,11 @@ def test_a_stop_signal_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path: Path
     """SIGTERM, what a scheduler sends before it stops or requeues a job (SIGUSR1/SIGUSR2, SLURM's and
     submitit's warnings, take the same path)."""
     signum = signal.SIGTERM
-    args = [*ARGS, "trainer.max_steps=400", "checkpoint.every_n_steps=50", "logger=none", "hydra.run.dir=run"]
+    # enough steps after the first checkpoint that the signal lands during training even on a fast
+    # machine (a signal after the last step lets the job finish: it exits 0 with an ok record)
+    steps = 2000
+    args = [*ARGS, f"trainer.max_steps={steps}", "eval.every=500", "checkpoint.every_n_steps=50", "logger=none",
+            "hydra.run.dir=run"]
     process = _start(args, tmp_path)
     _wait_for(tmp_path / "run" / "checkpoints" / "last.ckpt", process)  # training is under way
     process.send_signal(signum)
@@ -78,7 +82,7 @@ def test_a_stop_signal_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path: Path
     again = run_cli([*args, "checkpoint.keep=true"], tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     (record,) = records(tmp_path / "run")
-    assert record["status"] == "ok" and record["metrics"]["steps"] == 400
+    assert record["status"] == "ok" and record["metrics"]["steps"] == steps
     assert record["metrics"]["resumed_from_step"] > 50  # the checkpoint the signal saved, not the scheduled one
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").is_file()  # checkpoint.keep=true
     assert os.path.getsize(tmp_path / "run" / "checkpoints" / "last.ckpt") > 0
