@@ -33,11 +33,14 @@ def _main(cfg: DictConfig) -> Any:
     from ablate.run import Job, run_job
 
     _started.append(True)
+    job = Job.from_hydra()
     try:
-        record = run_job(cfg, Job.from_hydra())
+        record = run_job(cfg, job)
     except ConfigError as error:
         print(f"ablate: {error}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        job.release_slot()  # its record is written: the next job may start while this process exits
     if record["status"] == "failed" and record["job"]["num"] is None:
         sys.exit(1)  # a single run that failed; in a sweep the others go on (the sweep exits 1 at the end)
     return record["metrics"].get("accuracy")

@@ -61,6 +61,7 @@ class Job:
         self.launcher = launcher            # basic | joblib | submitit_local | submitit_slurm | ... (None: single run)
         self.cores = cpu_cores()
         self.started_at, self.slot_wait_s = time.time(), 0.0
+        self.process_started_at = process_start_time()
         self._slot: Any = None              # the lock file of the machine's job slot this job holds
 
     @classmethod
@@ -135,10 +136,18 @@ class Job:
                 return
             time.sleep(poll_s)
 
+    def release_slot(self) -> None:
+        """Give this job's slot back (the process's exit would, but only after the interpreter's
+        teardown: about a second with torch and Lightning loaded)."""
+        if self._slot is not None:
+            self._slot.close()  # closing the file releases its flock
+            self._slot = None
+
     def record_fields(self) -> dict[str, Any]:
         """The record's ``job`` entry: where and how this job ran."""
         return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
-                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3), "slurm": slurm_fields()}
+                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3),
+                "process_started_at": self.process_started_at, "slurm": slurm_fields()}
 
 
     @property
@@ -152,6 +161,20 @@ class Job:
         ``sweep.json``; a single run's variant is all its overrides but the seed and experiment."""
         swept = read_sweep_keys(self.sweep_dir) if self.sweep_dir is not None else None
         return job_variant(self.overrides, swept) or "defaults"
+
+
+def process_start_time() -> float | None:
+    """When this process started (seconds since the epoch; None where the OS does not say): a
+    job's ``started_at`` minus this is its start-up (interpreter, imports, Hydra) in a process of
+    its own (submitit, SLURM), and includes the earlier jobs where a process runs several."""
+    try:
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        booted = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                      if line.startswith("btime "))
+        return booted + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):  # not Linux
+        return None
 
 
 def slurm_fields() -> dict[str, Any] | None:
@@ -209,6 +232,7 @@ class _InterruptWatch:
 
 def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
+    validation_started = time.perf_counter()
     apply_smoke(cfg)
     validate(cfg)
     if cfg.tune.lr and job.sweep_dir is None:
@@ -234,8 +258,11 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps), bool(cfg.checkpoint.keep))
     resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
     run = None
+    wandb_started = time.perf_counter()
     if rank_zero_only.rank == 0:  # a resumed job continues its wandb run
         run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
+    record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
+                                   "wandb_init": time.perf_counter() - wandb_started}
     if run is not None:
         from ablate.tracking import run_dir
 
@@ -436,6 +463,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     from ablate.lit import LearningCurve, curve_steps, make_optimizer, masked_loss
     from ablate.measure import SpeedMeter, measure_training_memory
 
+    clock = time.perf_counter()
+    time_s = metrics.setdefault("time_s", {})  # where the job's time went (docs/internals.md)
     _quiet_lightning()
     if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
         torch.set_num_threads(job.torch_threads)
@@ -457,15 +486,20 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure
+        started = time.perf_counter()
         batch = next(iter(train_loader))
         memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,
                                          lambda m, b: masked_loss(m(b[0]), b[1]))
         metrics.update(memory=memory, peak_memory_bytes=memory["peak"], memory_source="cpu-accounting")
+        time_s["memory"] = time.perf_counter() - started
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     if resume:
         metrics["resumed_from_step"] = resumed_step
+    time_s["setup"] = time.perf_counter() - clock - time_s.get("memory", 0.0)
+    started = time.perf_counter()
     trainer.fit(module, train_dataloaders=train_loader, ckpt_path=str(checkpointer.path) if resume else None)
+    time_s.update(fit=time.perf_counter() - started, steps=sum(speed.step_times))
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
     tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size
@@ -484,7 +518,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
                        early_loss=early["loss"], final_loss=last["loss"])
 
     module.eval_split = "test"
+    started = time.perf_counter()
     trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
+    time_s["test"] = time.perf_counter() - started
     evals = module.eval_results()
     metrics["eval"] = evals
     first = evals[str(data.val_lengths[0])]

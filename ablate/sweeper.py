@@ -218,6 +218,11 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
         return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
     plan = plan_sweep(config, compose)
+    launcher = str(config.hydra.launcher.get("_target_", ""))
+    if config.logger.name == "wandb" and launcher.endswith(("JoblibLauncher", "submitit_launcher.LocalLauncher")):
+        from ablate.tracking import share_service
+
+        share_service()  # the job processes on this machine log through this process's wandb service
     returns = [_launch(sweeper, plan.first, 0)]
     if plan.tune is None:
         return returns
@@ -237,8 +242,9 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
 def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
     """One batch through the configured launcher (``hydra.sweeper.max_batch_size`` splits it)."""
     results: list[Any] = []
+    # No ``validate_batch_is_legal`` (the basic sweeper's composition of every job, one more per job
+    # before any starts): the sweep-start callback has composed and validated each of them already.
     for batch in sweeper.split_overrides_to_chunks(jobs, sweeper.max_batch_size):  # the basic sweeper's own
-        sweeper.validate_batch_is_legal(batch)
         results += list(sweeper.launcher.launch(batch, initial_job_idx=first_index + len(results)))
     for result in results:
         _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)

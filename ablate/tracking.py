@@ -85,6 +85,16 @@ def init_run(*, name: str, group: str, job_type: str, config: dict[str, Any] | N
     return run
 
 
+def share_service() -> None:
+    """Start this process's wandb service now, for the job processes it is about to start on this
+    machine (joblib's workers, submitit's local jobs): they inherit its address through the
+    environment and log through it instead of each starting a service of its own (wandb's
+    ``wandb.setup()``, the way wandb documents for child processes)."""
+    import wandb
+
+    wandb.setup()
+
+
 def superseded_runs(dir: str | Path, run_id: str, keep: str | Path) -> list[Path]:
     """The local directories of the run ``run_id`` under ``dir/wandb`` other than ``keep``: those
     of earlier logs of the same run (wandb writes each ``init`` to a new directory)."""

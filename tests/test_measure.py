@@ -232,6 +232,18 @@ def test_repeated_calls_identical_and_caller_untouched():
     assert not model.training  # the copy was put in training mode, not the caller's model
 
 
+def test_garbage_from_before_does_not_change_the_figure():
+    """Cyclic garbage holding tensors, left by the caller (no collection first): the same figure."""
+    torch.manual_seed(0)
+    model, batch = TinyTransformer(), _token_batch(4, 10)
+    clean = measure_training_memory(model, _adamw, batch, _lm_loss)
+    for _ in range(50):
+        cycle = {"tensor": torch.randn(64, 64)}
+        cycle["self"] = cycle
+    del cycle
+    assert measure_training_memory(model, _adamw, batch, _lm_loss) == clean
+
+
 def test_activations_grow_with_batch_and_length_parameters_do_not():
     model = TinyTransformer()
     small = measure_training_memory(model, _adamw, _token_batch(2, 8), _lm_loss)

@@ -140,6 +140,13 @@ def test_parallel_launchers_give_one_record_and_wandb_run_per_job(tmp_path: Path
         assert wandb_summary(r["wandb"]["dir"])["summary"]["status"] == "ok"
         if launcher == "joblib":  # two jobs at once share the cores
             assert r["metrics"]["torch_threads"] == max(1, (os.cpu_count() or 1) // 2)
+        # where the job's time went: its process's start, then each phase (scripts/bench_startup.py)
+        assert r["job"]["process_started_at"] <= r["job"]["started_at"]
+        phases = r["metrics"]["time_s"]
+        assert set(phases) == {"validate", "wandb_init", "setup", "memory", "fit", "steps", "test"}
+        assert all(v >= 0 for v in phases.values()) and phases["steps"] <= phases["fit"]
+    if launcher == "submitit_local":  # a process per job
+        assert len({r["job"]["process_started_at"] for r in recs}) == 2
     assert (sweep / "table.csv").exists()
 
 
