@@ -238,6 +238,32 @@ def test_eval_length_columns(tmp_path):
     assert float(row["acc@64"]) == pytest.approx(0.705)
 
 
+def test_runs_trained_at_several_lengths_head_the_table_with_their_own(tmp_path):
+    """task.seq_len swept (e.g. experiment=attention): each row's accuracy is at its own training
+    length, not under the first run's length; only lengths beyond a run's own get a column."""
+    recs, n = [], 0
+    for seq_len, beyond in ((64, None), (256, 512)):
+        for v in ("softmax", "linear"):
+            for seed in range(2):
+                acc = 0.4 + seq_len / 10_000 + seed / 100
+                evals = {seq_len: acc, **({beyond: acc / 2} if beyond else {})}
+                recs.append(record(n, [f"attention={v}", f"task.seq_len={seq_len}", f"seed={seed}"], acc=acc,
+                                   evals=evals, seq_len=seq_len))
+                n += 1
+    t = build_table(recs)
+    assert t.train_length is None and t.extra_lengths == [512]
+    md = render(t, "markdown")
+    header = _md_cells(md.splitlines()[2])
+    assert header[1] == "accuracy (%)" and "acc@512 (%)" in header and "acc@64 (%)" not in header
+    assert "trained at length" not in t.caption() and "its own training length" in t.caption()
+    only_own = [r for r in recs if r["config"]["task"]["seq_len"] == 64]
+    for r in recs:
+        if r["config"]["task"]["seq_len"] == 256:
+            only_own.append({**r, "metrics": {**r["metrics"], "eval": {"256": r["metrics"]["eval"]["256"]}}})
+    t = build_table(only_own)
+    assert t.extra_lengths == [] and "acc@" not in render(t, "markdown")
+
+
 # --- formats ----------------------------------------------------------------------------------
 
 def _md_cells(line):

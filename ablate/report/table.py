@@ -138,6 +138,9 @@ class SweepTable:
     speed_note: str                    # the caption's sentence on speed
     eval_lengths: list[int] = field(default_factory=list)  # training length first
     train_length: int | None = None
+    # runs trained at several lengths (task.seq_len swept): each row's accuracy is at its own
+    # training length, and only the lengths some run was evaluated at beyond its own get a column
+    beyond_lengths: list[int] | None = None
     experiment: str | None = None
     memory_source: str | None = None
     bench_rounds: int | None = None
@@ -175,6 +178,8 @@ class SweepTable:
         """Evaluated lengths shown besides the accuracy column (the training length is that column)."""
         if len(self.eval_lengths) < 2 or self.pivoted:
             return []
+        if self.beyond_lengths is not None:
+            return list(self.beyond_lengths)
         return [L for L in self.eval_lengths if L != self.train_length]
 
     @property
@@ -296,6 +301,8 @@ class SweepTable:
         parts += [baseline, "diverged/failed runs are counted in status and excluded from means"]
         if self.sharing and self.speed_source == "records" and not self.pivoted:
             parts.insert(parts.index(self.speed_note) + 1, self.sharing_note())
+        if self.beyond_lengths is not None:
+            parts.insert(1, "each run's accuracy at its own training length (task.seq_len)")
         if self.extra_lengths:
             trained = f"trained at length {self.train_length}; " if self.train_length else ""
             metric = self.metric if len(self.metrics) < 2 else "accuracy"
@@ -532,7 +539,26 @@ def split_rows(text: str, rows: list[Row]) -> list[str]:
     return out
 
 
+def _seq_len(record: dict) -> int | None:
+    try:
+        value = record["config"]["task"]["seq_len"]
+    except (KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def _beyond_lengths(records: list[dict]) -> list[int] | None:
+    """Where the runs trained at several lengths: the lengths some run was evaluated at besides its
+    own training length (None where they all trained at one length)."""
+    if len({_seq_len(r) for r in records} - {None}) < 2:
+        return None
+    return sorted({int(L) for r in records for L in (_metric(r, "eval") or {})
+                   if str(L).isdigit() and int(L) != _seq_len(r)})
+
+
 def _train_length(records: list[dict], lengths: list[int]) -> int | None:
+    if _beyond_lengths(records) is not None:
+        return None  # several: no one training length heads the table
     seq_len = _first(records, lambda r: r["config"]["task"]["seq_len"])
     if isinstance(seq_len, int) and seq_len in lengths:
         return seq_len
@@ -766,6 +792,7 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         baseline_key=base.key,
         metric=" / ".join(row_metrics) or str(_first(records, lambda r: r["metrics"]["metric"]) or "accuracy"),
         speed_source=speed_source, speed_note=speed_note, eval_lengths=lengths, train_length=train_len,
+        beyond_lengths=_beyond_lengths(records),
         experiment=exp.get("name"), memory_source=_first(records, lambda r: r["metrics"]["memory_source"]),
         bench_rounds=rounds, wandb_group=_first(records, lambda r: r["wandb"]["group"]),
         wandb_project=_first(records, lambda r: r["wandb"]["project"]), n_records=n_records,
