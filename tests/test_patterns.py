@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,16 @@ def test_deberta_trains_under_debug_in_one_command(tmp_path: Path, tiny: list[st
     assert out.returncode == 0, out.stderr[-3000:]
     (record,) = records(tmp_path / "run")
     assert record["status"] == "ok"
+
+
+def test_linear_attention_takes_less_memory_than_softmax_at_256_tokens(tmp_path: Path) -> None:
+    """The attention experiment's table at T=256 (its model, two steps: the memory column is the
+    deterministic accounting of a training step, whatever the number of steps)."""
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "experiment=attention", "attention=softmax,linear", "task.seq_len=256", "seed=0",
+                   "trainer.max_steps=2", "measure.warmup_steps=1", "logger=none", f"hydra.sweep.dir={sweep}"],
+                  tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["overrides"]: r for r in csv.DictReader((sweep / "table.csv").open())}
+    softmax, linear = (float(rows[f"attention={p}"]["memory_mib"]) for p in ("softmax", "linear"))
+    assert linear < softmax
