@@ -16,7 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import apply_smoke, config_problems
-from ablate.sweep import PLAN_ENV, REDEFINE_ENV, job_signature, read_sweep_definition, same_jobs
+from ablate.sweep import PLAN_ENV, REDEFINE_ENV, job_signature, launcher_kind, read_sweep_definition, same_jobs
 from ablate.sweeper import job_config, plan_sweep
 
 
@@ -26,8 +26,8 @@ def job_problems(config: DictConfig, overrides: list[str]) -> list[str]:
     except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job
         return [str(error)]
     problems = config_problems(OmegaConf.masked_copy(job_cfg, [k for k in job_cfg if k != "hydra"]))
-    launcher = str(config.hydra.launcher.get("_target_", ""))
-    if str(job_cfg.trainer.get("strategy", "auto")).startswith("ddp") and not launcher.endswith("SlurmLauncher"):
+    launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
+    if str(job_cfg.trainer.get("strategy", "auto")).startswith("ddp") and launcher != "submitit_slurm":
         # Lightning starts DDP ranks by re-running the command line: in a local multirun every rank
         # would re-launch the whole sweep. SLURM starts the ranks itself (one task per GPU).
         problems.append(f"trainer.strategy={job_cfg.trainer.strategy} in a multirun needs "

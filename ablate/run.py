@@ -26,8 +26,8 @@ from pytorch_lightning.utilities import rank_zero_only
 from ablate.config import apply_smoke, validate
 from ablate.model import MODEL_GROUPS
 from ablate.results import read_record, write_record
-from ablate.sweep import (design_labels, job_variant, override_key, read_sweep_budget, read_sweep_jobs,
-                          read_sweep_keys)
+from ablate.sweep import (design_labels, job_variant, launcher_kind, override_key, read_sweep_budget,
+                          read_sweep_jobs, read_sweep_keys)
 
 CHOICE_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
 
@@ -90,28 +90,28 @@ class Job:
         """``(launcher, parallel jobs, torch threads, job slots)`` of a multirun job: its launcher's
         name, how many of the sweep's jobs may run at once on its cores, its torch threads (None:
         torch's default) and how many job slots the machine has for it to wait for (0: no waiting)."""
-        target = str(launcher.get("_target_", ""))
+        kind = launcher_kind(str(launcher.get("_target_", "")))
         cores = cpu_cores()
         n_jobs_swept = len(read_sweep_jobs(sweep_dir) or []) or cores * 1024  # unknown: no cap
 
-        if target.endswith("JoblibLauncher"):
+        if kind == "joblib":
             n_jobs = int(launcher.get("n_jobs") or 1)
             parallel = min(n_jobs_swept, max(1, cores + 1 + n_jobs) if n_jobs < 0 else n_jobs)  # joblib's rule
-            return "joblib", parallel, max(1, cores // parallel) if parallel > 1 else None, 0
-        if target.endswith("submitit_launcher.LocalLauncher"):
+            return kind, parallel, max(1, cores // parallel) if parallel > 1 else None, 0
+        if kind == "submitit_local":
             cpus = launcher.get("cpus_per_task")
             if cpus:  # the user's share per job: cores // cpus_per_task jobs at once
                 threads = min(int(cpus), cores)
                 slots = max(1, cores // threads)
-                return "submitit_local", min(slots, n_jobs_swept), threads, slots
+                return kind, min(slots, n_jobs_swept), threads, slots
             parallel = min(cores, n_jobs_swept)  # default: one core per job, the jobs' share if fewer
-            return "submitit_local", parallel, max(1, cores // parallel), cores
-        if target.endswith("SlurmLauncher"):  # SLURM allocates each job its own cpus_per_task cores
+            return kind, parallel, max(1, cores // parallel), cores
+        if kind == "submitit_slurm":  # SLURM allocates each job its own cpus_per_task cores
             cpus = os.environ.get("SLURM_CPUS_PER_TASK") or launcher.get("cpus_per_task")
-            return "submitit_slurm", 1, int(cpus) if cpus else None, 0
-        if target.endswith("BasicLauncher"):  # one job after the other, in this process
-            return "basic", 1, None, 0
-        return target.rsplit(".", 1)[-1] or "unknown", None, None, 0
+            return kind, 1, int(cpus) if cpus else None, 0
+        if kind == "basic":  # one job after the other, in this process
+            return kind, 1, None, 0
+        return kind, None, None, 0
 
     def _hold_slot(self, slots: int, poll_s: float = 0.2) -> None:
         """Wait until one of the sweep's ``slots`` job slots on this machine is free, then hold it

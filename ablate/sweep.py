@@ -43,6 +43,18 @@ def override_key(override: str) -> str:
     return str(override).split("=", 1)[0].strip().lstrip("+~")
 
 
+#: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
+LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
+             ("submitit_launcher.LocalLauncher", "submitit_local"), ("SlurmLauncher", "submitit_slurm"))
+
+
+def launcher_kind(target: str) -> str:
+    """The launcher a ``hydra.launcher._target_`` names: ``basic``, ``joblib``, ``submitit_local``,
+    ``submitit_slurm``, or another launcher's class name."""
+    return next((kind for suffix, kind in LAUNCHERS if target.endswith(suffix)),
+                target.rsplit(".", 1)[-1] or "unknown")
+
+
 def is_variant_key(key: str) -> bool:
     """False for the keys that never tell variants apart: the seed, the experiment, Hydra's own."""
     return key not in NOT_VARIANT_KEYS and key != "hydra" and not key.startswith(("hydra/", "hydra."))

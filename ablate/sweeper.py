@@ -32,8 +32,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.results import load_records
-from ablate.sweep import (design_keys, design_rows, expand_sweep, job_signature, job_variant, override_key,
-                          split_override_string, swept_keys, write_sweep_file)
+from ablate.sweep import (design_keys, design_rows, expand_sweep, job_signature, job_variant, launcher_kind,
+                          override_key, split_override_string, swept_keys, write_sweep_file)
 
 LR_KEY = "optim.lr"
 STEPS_KEY = "trainer.max_steps"
@@ -218,8 +218,8 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
         return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
     plan = plan_sweep(config, compose)
-    launcher = str(config.hydra.launcher.get("_target_", ""))
-    if config.logger.name == "wandb" and launcher.endswith(("JoblibLauncher", "submitit_launcher.LocalLauncher")):
+    launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
+    if config.logger.name == "wandb" and launcher in ("joblib", "submitit_local"):
         from ablate.tracking import share_service
 
         share_service()  # the job processes on this machine log through this process's wandb service

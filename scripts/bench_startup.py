@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 BIN = Path(sys.executable).parent
 SWEEP = ["experiment=qkv_sharing", "trainer.max_steps=6", "measure.warmup_steps=2"]
@@ -36,9 +36,8 @@ def job_phases(record: dict, own_process: bool) -> dict[str, float]:
     learning curve's evaluations), ``startup`` only for a job that had its process to itself."""
     job, t = record["job"], record["metrics"].get("time_s") or {}
     startup = job["started_at"] - job["slot_wait_s"] - job["process_started_at"] if own_process else 0.0
-    return {"startup": startup, "validate": t.get("validate", 0.0), "wandb_init": t.get("wandb_init", 0.0), "setup": t.get("setup", 0.0),
-            "memory": t.get("memory", 0.0), "loop": t.get("fit", 0.0) - t.get("steps", 0.0),
-            "steps": t.get("steps", 0.0), "test": t.get("test", 0.0)}
+    own = {k: t.get(k, 0.0) for k in ("validate", "wandb_init", "setup", "memory", "steps", "test")}
+    return {"startup": startup, **own, "loop": t.get("fit", 0.0) - own["steps"]}
 
 
 def run_sweep(launcher: str, overrides: list[str], workdir: Path) -> dict:
@@ -80,12 +79,11 @@ def main() -> None:
         f"{k:>10}" for k in PHASES) + f" {'not steps':>10}"
     print(header)
     for name, results in runs.items():
-        med = lambda xs: statistics.median(xs)  # noqa: E731
         phases = [ph for r in results for ph in r["phases"]]
-        per = {k: med([ph[k] for ph in phases]) for k in PHASES}
-        outside = med([sum(v for k, v in ph.items() if k != "steps") for ph in phases])
-        print(f"{name:<15} {med([r['wall'] for r in results]):6.1f} {med([r['before'] for r in results]):7.2f} "
-              f"{med([r['after'] for r in results]):6.2f} |             "
+        per = {k: median([ph[k] for ph in phases]) for k in PHASES}
+        outside = median([sum(v for k, v in ph.items() if k != "steps") for ph in phases])
+        print(f"{name:<15} {median([r['wall'] for r in results]):6.1f} {median([r['before'] for r in results]):7.2f} "
+              f"{median([r['after'] for r in results]):6.2f} |             "
               + " ".join(f"{per[k]:10.3f}" for k in PHASES) + f" {outside:10.3f}")
     print("(seconds; before: command start to the first job (or its process) starting; after: the last job's "
           "end to the command's exit; startup: a job's own process until the job starts)")

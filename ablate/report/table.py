@@ -557,8 +557,6 @@ def _beyond_lengths(records: list[dict]) -> list[int] | None:
 
 
 def _train_length(records: list[dict], lengths: list[int]) -> int | None:
-    if _beyond_lengths(records) is not None:
-        return None  # several: no one training length heads the table
     seq_len = _first(records, lambda r: r["config"]["task"]["seq_len"])
     if isinstance(seq_len, int) and seq_len in lengths:
         return seq_len
@@ -702,7 +700,8 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
     by_key = group_by_variant(records, swept)
 
     lengths = sorted({int(L) for r in records for L in (_metric(r, "eval") or {}) if str(L).isdigit()})
-    train_len = _train_length(records, lengths)
+    beyond = _beyond_lengths(records)
+    train_len = _train_length(records, lengths) if beyond is None else None  # several: none heads the table
     if train_len is not None:
         lengths = [train_len] + [L for L in lengths if L != train_len]
 
@@ -792,7 +791,7 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         baseline_key=base.key,
         metric=" / ".join(row_metrics) or str(_first(records, lambda r: r["metrics"]["metric"]) or "accuracy"),
         speed_source=speed_source, speed_note=speed_note, eval_lengths=lengths, train_length=train_len,
-        beyond_lengths=_beyond_lengths(records),
+        beyond_lengths=beyond,
         experiment=exp.get("name"), memory_source=_first(records, lambda r: r["metrics"]["memory_source"]),
         bench_rounds=rounds, wandb_group=_first(records, lambda r: r["wandb"]["group"]),
         wandb_project=_first(records, lambda r: r["wandb"]["project"]), n_records=n_records,
