@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ablate.components import describe, import_target
+from ablate.config import CONFIG_GROUPS
 from ablate.paths import CONF_DIR
-
-#: the groups a user picks options of, in the order ``--list`` shows them
-GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger", "experiment")
 
 
 @dataclass
@@ -74,7 +72,7 @@ def render(config_dirs: Iterable[str | Path] = ()) -> str:
     """The text ``ablate --list`` prints: per group, one line per option."""
     config_dirs = list(config_dirs)
     lines = []
-    for group in GROUPS:
+    for group in CONFIG_GROUPS:
         opts = options(group, config_dirs)
         lines.append(f"{group}:")
         width = max((len(o.name) for o in opts), default=0) + 2

@@ -27,9 +27,11 @@ from ablate.components import (ComponentError, Context, NonNegativeInt, Positive
                                settings_problems, target_path, type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, patterns, positions
 
+#: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
+#: components in build order, then the run's; ``ablate --list`` shows them in this order
+CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
-ROOT_KEYS = ("seed", "smoke", "model", "experiment", "eval", "budget", "tune", "checkpoint", "measure", *MODEL_GROUPS,
-             "task", "optim", "trainer", "logger")
+ROOT_KEYS = ("seed", "smoke", "model", "eval", "budget", "tune", "checkpoint", "measure", *CONFIG_GROUPS)
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
 
 
@@ -139,8 +141,8 @@ class ConfigError(ValueError):
 
 
 def _attention(target: Any, settings: dict, context: Context, cfg: Mapping[str, Any]) -> list[str]:
-    model = cfg["model"]
-    return attention.check(target, settings, context, model.get("dropout", 0.0), model.get("bias", True))
+    model = ModelSettings.from_node(cfg["model"])
+    return attention.check(target, settings, context, model.dropout, model.bias)
 
 
 def _norm(target: Any, settings: dict, context: Context, cfg: Mapping[str, Any]) -> list[str]:

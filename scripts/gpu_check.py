@@ -43,17 +43,24 @@ import torch
 
 from hydra import compose, initialize_config_dir
 
+from ablate.config import CONFIG_GROUPS
 from ablate.lit import make_optimizer, masked_loss
 from ablate.measure import peak_flops, synchronize
 from ablate.model import SIZES, build_model
 from ablate.model.patterns import FlexScores, flex_available
 from ablate.paths import CONF_DIR
-from ablate.run import Job, _quiet_lightning, build, run_job
+from ablate.resolvers import register_resolvers
+from ablate.job import Job
+from ablate.run import run_job
+from ablate.train import build, quiet_lightning
+
+register_resolvers()  # the config's ${ablate_size:...} presets
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SECTIONS = ("options", "memory", "flex", "compile", "ddp", "throughput")
-GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "optim", "logger")
+#: the groups whose every option runs: not the trainer (the plan's) nor experiments (sweeps)
+GROUPS = tuple(g for g in CONFIG_GROUPS if g not in ("trainer", "experiment"))
 #: what some options need to run: the other half of DeepNet, local data for the file-based tasks
 NEEDS = {
     ("norm", "deepnorm"): ["init=deepnet"],
@@ -494,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(args.dry_run)
     if plan.dry:
         torch.set_num_threads(1)  # tiny models: one thread is fastest, and fair to a shared machine
-    _quiet_lightning()
+    quiet_lightning()
     checker = Checker(plan, out, Deadline(args.budget_s), only)
     checker.say(environment(plan))
     checker.say(f"records and log: {out}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from conftest import CONF, builtin_options, run_cli
 
-from ablate.catalog import GROUPS, options
+from ablate.catalog import options
+from ablate.config import CONFIG_GROUPS
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -34,13 +36,14 @@ def test_config_yaml_comments_list_every_builtin_option() -> None:
 
 
 def test_every_option_has_a_description_and_a_target() -> None:
-    for group in GROUPS:
+    for group in CONFIG_GROUPS:
         for option in options(group):
             assert option.builtin and option.description, (group, option.name)
             if group in ("qkv_sharing", "pos_enc", "norm", "ffn", "init", "task"):
                 assert option.target and option.target.startswith("ablate."), (group, option.name)
 
 
+@pytest.mark.slow
 def test_ablate_list_prints_builtin_and_user_options(tmp_path: Path) -> None:
     user = tmp_path / "myconf"
     (user / "pos_enc").mkdir(parents=True)
@@ -49,7 +52,7 @@ def test_ablate_list_prints_builtin_and_user_options(tmp_path: Path) -> None:
     out = run_cli(["--list", "--config-dir", str(user)], tmp_path)
     assert out.returncode == 0, out.stderr
     sections = dict(re.findall(r"^(\w+):\n((?:  .*\n)+)", out.stdout, flags=re.M))
-    for group in GROUPS:
+    for group in CONFIG_GROUPS:
         listed = {line.split()[0] for line in sections[group].splitlines()}
         expected = set(builtin_options(group)) | ({"my_pe"} if group == "pos_enc" else set())
         assert listed == expected, group

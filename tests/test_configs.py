@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ablate.config import ConfigError, config_problems, validate
+from ablate.config import CONFIG_GROUPS, ConfigError, config_problems, validate
+from ablate.model import ModelSettings, build_model
 from ablate.sweep import split_override_string
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 FIXTURES = REPO / "tests" / "fixtures"
-GROUPS = ["qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init", "task", "optim", "trainer", "logger"]
+GROUPS = [g for g in CONFIG_GROUPS if g != "experiment"]  # experiments: test_every_experiment_...
 NEEDS_PATH = {"classify", "tagging"}
 
 
@@ -31,6 +33,7 @@ def options(group: str) -> list[str]:
 PARTNERS = {("norm", "deepnorm"): ["init=deepnet"], ("init", "deepnet"): ["norm=deepnorm"]}
 
 
+@pytest.mark.slow  # 77 Hydra compositions, about 40 s in all (test_model and test_flops build every option in-process)
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_composes_and_validates(group: str, option: str) -> None:
     overrides = [f"{group}={option}"]
@@ -46,6 +49,7 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
     validate(compose_cfg(overrides))
 
 
+@pytest.mark.slow  # two Hydra compositions of a whole experiment: seconds each
 @pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "experiments").glob("*.yaml")))
 def test_every_experiment_composes_and_validates(name: str) -> None:
     cfg = compose_cfg([f"experiment={name}"])
@@ -67,6 +71,7 @@ def test_experiments_declare_sweeps_seeds_and_budget() -> None:
             assert value in str(params[key]).split(","), f"{path.name}: baseline is swept"
 
 
+@pytest.mark.slow  # seconds: a Hydra composition per case
 def test_invalid_combinations_are_named() -> None:
     cases = {
         "model.d_model=30": "not divisible",
@@ -103,3 +108,43 @@ def test_missing_task_path_is_named() -> None:
 def test_glue_without_path_or_datasets_is_named() -> None:
     problems = config_problems(compose_cfg(["task=glue"]))
     assert any("pip install -e '.[glue]'" in p for p in problems), problems
+
+
+# ------------------------------------------------------------------ the model node, one default per key
+
+def test_model_settings_defaults_are_what_config_yaml_gives() -> None:
+    """Each model key has one default: ModelSettings' is config.yaml's, so a model node that leaves a
+    key out (a plain dict, a user's own config tree) builds what the default config builds."""
+    model = compose_cfg([]).model
+    assert {f.name for f in fields(ModelSettings)} == set(model)
+    defaults = {f.name: f.default for f in fields(ModelSettings) if f.default is not MISSING}
+    assert defaults == {key: model[key] for key in defaults}
+
+
+def test_a_model_key_that_is_not_a_setting_is_refused() -> None:
+    cfg = OmegaConf.to_container(compose_cfg([]), resolve=True)
+    cfg["model"]["biass"] = True
+    assert any(p.startswith("model.biass") for p in config_problems(cfg)), config_problems(cfg)
+    with pytest.raises(TypeError, match="biass"):
+        ModelSettings.from_node(cfg["model"])
+
+
+#: (overrides, trainable parameters, state_dict entries) of the model each config built before
+#: ModelSettings built it (recorded from that code at vocabulary 256, max_len 64): unchanged for a user
+BUILT = [
+    ([], 136448, 25),
+    (["model.size=xs"], 1062784, 55),
+    (["model.bias=true"], 137216, 30),
+    (["model.share_layers=all"], 86720, 25),
+    (["model.share_layers=1", "model.n_layers=3"], 186176, 35),
+    (["norm.placement=post"], 136320, 23),
+    (["norm.placement=sandwich"], 136960, 33),
+    (["qkv_sharing=gqa", "ffn=swiglu", "pos_enc=rope"], 124072, 24),
+    (["model.embed_scale=sqrt_d", "pos_enc=sinusoidal"], 132352, 25),
+]
+
+
+@pytest.mark.parametrize("overrides,n_params,n_entries", BUILT, ids=[" ".join(o) or "default" for o, _, _ in BUILT])
+def test_composed_config_builds_the_model_it_always_did(overrides: list[str], n_params: int, n_entries: int) -> None:
+    model = build_model(compose_cfg(overrides), 256, 256, 64)
+    assert (model.num_params(), len(model.state_dict())) == (n_params, n_entries)

@@ -12,13 +12,13 @@ from omegaconf import OmegaConf
 
 from conftest import builtin_node, builtin_options, builtin_target
 
-from ablate.model import build_model
+from ablate.model import MODEL_GROUPS, build_model
 from ablate.model.norms import PLACEMENTS
 from ablate.model.attention import attention_mask
 from ablate.model.positions import RoPE, XPos, alibi_slopes, t5_bucket
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = {g: builtin_options(g) for g in ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")}
+GROUPS = {g: builtin_options(g) for g in MODEL_GROUPS}
 VOCAB = 11
 
 

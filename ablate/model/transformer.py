@@ -14,7 +14,7 @@ FlexAttention instead of a materialised (heads, T, T) mask (``Transformer.mask``
 ``model.flex=off`` keeps the mask). ``model.compile=true`` compiles the model in place
 (``torch.compile``), so its methods, parameter names and checkpoints stay those of the eager
 model. ``model.size=xs|s|m|l`` presets d_model, n_heads and n_layers (``SIZES``) through the
-``ablate_size`` resolver, registered when this module is imported.
+``ablate_size`` resolver (``ablate.resolvers``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from .norms import PLACEMENTS, residual_alpha
 from .patterns import FlexScores, Softmax, causal_block_mask, flex_available
 from .positions import Position
 
-#: the config groups that name a model component by ``_target_``, in the order they are built
+#: the config groups that name a model component by ``_target_``, in the order they are built (the
+#: full list of config groups, these and the run's, is ``ablate.config.CONFIG_GROUPS``)
 MODEL_GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")
 
 #: ``model.size`` -> the shape it presets: about 1M, 10M, 40M and 125M parameters with the byte
@@ -48,7 +49,6 @@ SIZES: dict[str, dict[str, int]] = {
     "m": {"d_model": 512, "n_heads": 8, "n_layers": 12},
     "l": {"d_model": 1024, "n_heads": 16, "n_layers": 10},
 }
-SIZE_RESOLVER = "ablate_size"
 
 
 def size_setting(size: Any, key: str, default: int) -> int:
@@ -61,29 +61,18 @@ def size_setting(size: Any, key: str, default: int) -> int:
     return SIZES[size][key]
 
 
-def register_size_resolver() -> None:
-    """Make ``${ablate_size:...}`` (``model.d_model`` etc. in conf/config.yaml) resolvable; calling
-    it again does nothing. Called at import of this module, which every process that composes or
-    runs a config imports first (``ablate.cli`` -> ``ablate.config`` -> ``ablate.model``); joblib
-    and submitit job processes also get it with Hydra's state (see ``ablate.sweep.
-    register_job_dir_resolver``)."""
-    if not OmegaConf.has_resolver(SIZE_RESOLVER):
-        OmegaConf.register_new_resolver(SIZE_RESOLVER, size_setting)
-
-
-register_size_resolver()
-
-
 @dataclass
 class ModelSettings:
-    """The ``model`` node of the config: the shape every variant shares."""
+    """The ``model`` node of the config: the shape every variant shares. Each default is the value
+    conf/config.yaml gives (tests/test_configs.py holds them equal); d_model, n_heads and n_layers
+    come from ``model.size`` there, causal from the task."""
 
     d_model: PositiveInt
     n_heads: PositiveInt
     n_layers: PositiveInt
     causal: bool
     dropout: Fraction = 0.0
-    bias: bool = True   # bias in the attention projections and the head
+    bias: bool = False  # bias in the attention projections and the head
     # ALBERT's cross-layer sharing (Lan et al. 2020, §3.1): every k consecutive layers use one
     # block's weights; "all" = one block for the whole stack. Parameters shrink, FLOPs do not.
     share_layers: Literal["none", "all"] | PositiveInt = "none"
@@ -100,8 +89,17 @@ class ModelSettings:
     flex: Literal["auto", "off"] = "auto"
 
     @classmethod
+    def from_node(cls, node: Mapping[str, Any]) -> ModelSettings:
+        """The settings of a config's ``model`` node, a DictConfig (resolved here) or a plain
+        mapping; a key that is not a field is refused (TypeError). Types and ranges are
+        ``ablate.config``'s to check, before anything is built."""
+        if OmegaConf.is_config(node):
+            node = OmegaConf.to_container(node, resolve=True)
+        return cls(**node)
+
+    @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
-        k, n = settings.get("share_layers", "none"), settings.get("n_layers")
+        k, n = settings.get("share_layers"), settings.get("n_layers")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             return []
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -267,15 +265,18 @@ def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
 def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
     """The model described by the root config ``cfg``, with each module's own initialisation.
 
-    Reads ``model.{d_model, n_heads, n_layers, causal, dropout, bias, share_layers, embed_scale, flex}`` and the
-    groups ``qkv_sharing``, ``attention`` (softmax when absent), ``pos_enc``, ``norm``
-    (+ ``placement``) and ``ffn``: each a ``_target_``
+    Reads the ``model`` node (``ModelSettings``) and the groups ``qkv_sharing``, ``attention``
+    (softmax when absent), ``pos_enc``, ``norm`` (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
     expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``.
     """
-    m = cfg["model"]
-    d, H, L = int(m["d_model"]), int(m["n_heads"]), int(m["n_layers"])
-    causal, dropout, bias = bool(m["causal"]), float(m.get("dropout", 0.0)), bool(m.get("bias", True))
+    return _assemble(ModelSettings.from_node(cfg["model"]), cfg, vocab_size, n_outputs, max_len, pad_id)
+
+
+def _assemble(model: ModelSettings, cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
+              pad_id: int | None) -> Transformer:
+    d, H, L = model.d_model, model.n_heads, model.n_layers
+    causal, dropout, bias = model.causal, model.dropout, model.bias
 
     attn_cls, attn_kw = option(cfg, "qkv_sharing")
     pos_cls, pos_kw = option(cfg, "pos_enc")
@@ -304,29 +305,30 @@ def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: in
         attn.pattern = pattern
         return Block(attn, ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
 
-    k = layers_per_block(m.get("share_layers", "none"), L)
+    k = layers_per_block(model.share_layers, L)
     unique = [block() for _ in range(-(-L // k))]
     blocks = [unique[i // k] for i in range(L)]  # the same module object: shared weights
     return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, n_layers=L,
                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
                        blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm(),
-                       embed_scale=EMBED_SCALES[m.get("embed_scale", "none")](d), flex=m.get("flex", "auto"))
+                       embed_scale=EMBED_SCALES[model.embed_scale](d), flex=model.flex)
 
 
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
                 pad_id: int | None = None) -> Transformer:
     """Assemble the model described by ``cfg``, apply its ``init`` scheme and, with
     ``model.compile``, compile it: the one place a model is made from a config."""
-    model = assemble(cfg, vocab_size, n_outputs, max_len, pad_id)
-    init, settings = option(cfg, "init")
-    problems = pairing_problems(init, settings, model)
+    settings = ModelSettings.from_node(cfg["model"])
+    model = _assemble(settings, cfg, vocab_size, n_outputs, max_len, pad_id)
+    init, init_settings = option(cfg, "init")
+    problems = pairing_problems(init, init_settings, model)
     if problems:
         raise ValueError("; ".join(problems))
-    init(model, **settings)
+    init(model, **init_settings)
     if hasattr(model.pos, "match_tokens"):  # a fixed position table takes the tokens' scale
         with torch.no_grad():
             model.pos.match_tokens(model.token_rms())
-    if cfg["model"].get("compile", False):
+    if settings.compile:
         # in place (nn.Module.compile): the model keeps its type, methods (num_params,
         # flops_per_token) and state_dict keys, so checkpoints load with or without it
         model.compile()
