@@ -144,6 +144,7 @@ def _null_or_shifted_table(rng, shift=0.0, test="paired", rows=4, seeds=5):
     return build_table(recs, test=test)
 
 
+@pytest.mark.slow  # seconds: many simulated sweeps
 def test_corrected_false_positive_rate_of_identical_variants():
     """2000 tables of 4 identical variants x 5 seeds: the chance that any row is marked is at most
     alpha after the correction; uncorrected (the raw p of the same tables) it is far above.

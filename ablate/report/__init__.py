@@ -4,10 +4,16 @@ A sweep directory holds one ``result.json`` per finished job (docs/internals.md,
 The package turns them into one row per variant, by concern:
 
 * ``records``: the inputs (``load_records`` from ``ablate.results``, ``bench.json``);
+* ``record_fields``: a record's fields (``metrics.*``, seed, lr, task) and what the records say
+  about the sweep as a whole (experiment node, evaluated lengths, smoke test, budget);
 * ``stats``: mean, sample std, the paired t-test over seeds (default) or Welch's test, the 95%
   CI of each row's difference to its baseline, the Holm–Bonferroni correction;
-* ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, the baseline(s), a pivot of one swept
-  key into columns, the rows chosen, a tuned sweep's final runs;
+* ``rows``: ``Row`` (one variant's runs summarised) and the naming of rows (``resolve_baseline``,
+  ``resolve_rows``, ``split_rows``);
+* ``tuned``: a tuned sweep's final runs (each variant's at its chosen lr) and its default-lr runs;
+* ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, in named stages: the baseline(s), a
+  pivot of one swept key into columns, the comparisons, the rows chosen;
+* ``caption``: the words of a table (its caption and notes; ``SweepTable.caption()``);
 * ``formats``: ``render(table, "terminal" | "markdown" | "latex" | "csv")``; ``columns`` and
   ``csv_fields`` decide every format's columns;
 * ``plot``: the PNG figures (``table.png``, ``curves.png``, ``lr.png``);

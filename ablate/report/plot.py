@@ -184,8 +184,8 @@ def curves(table: SweepTable, path: str | Path) -> Path | None:
 def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
     """``lr.png`` of a tuned sweep: validation metric vs lr (log-x), one line per variant, its
     chosen lr starred, the shared default lr dashed; None without tuning scores."""
-    tune = table.tune or {}
-    scores = tune.get("scores") or {}
+    tune = table.tune
+    scores = tune.scores if tune is not None else {}
     if not scores:
         return None
     from matplotlib.figure import Figure
@@ -194,7 +194,7 @@ def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
     panels = [(name, rows) for name, rows in panels if rows]
     if not panels:
         return None
-    metric = tune.get("metric") or "loss"
+    metric = tune.metric or "loss"
     fig = Figure(figsize=(5.5 * len(panels) + 1, 4.5), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (name, rows) in zip(axes, panels):
@@ -208,8 +208,8 @@ def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
             best = [p for p in points if row.lr is not None and abs(p[0] - row.lr) <= 1e-6 * row.lr]
             if best:
                 ax.plot([best[0][0]], [best[0][1]], marker="*", markersize=14, color=color, linestyle="none")
-        if tune.get("default_lr"):
-            ax.axvline(float(tune["default_lr"]), color="gray", linestyle="--", linewidth=0.8, label="default lr")
+        if tune.default_lr:
+            ax.axvline(float(tune.default_lr), color="gray", linestyle="--", linewidth=0.8, label="default lr")
         ax.set_xscale("log")
         ax.set_xlabel("lr")
         ax.set_ylabel(f"validation {metric} (mean over tuning seeds)")

@@ -1,0 +1,170 @@
+"""The words a table prints with its numbers: the caption and its notes.
+
+``CaptionText`` is mixed into ``SweepTable`` (``table``), so ``table.caption()`` stays a method of
+the table while its sentences live here, apart from the numbers they describe; it reads only the
+table's fields and properties (this module imports nothing from ``table``, which imports it).
+
+The caption says what the accuracy column holds (the metric, or each task's), n, the test behind
+the marks and the Δ column, where speed and memory come from, and where the records have them the
+FLOPs, the early/final losses, the budget matched and a tuned sweep's lr grid; then the baseline
+and that diverged/failed runs are excluded from means. It also says when the records come from a
+smoke test (``smoke: true`` in their config) and when jobs ran at once on the same cores (their
+``metrics.concurrent_jobs``), since the speeds of such runs come from runs competing for the CPU.
+"""
+
+from __future__ import annotations
+
+from ablate.report.stats import TEST_NAMES
+
+# The caption's sentence on speed (SweepTable.speed_note), by where the speeds come from.
+RECORDS_SPEED_NOTE = "speed: per-run median tokens/s (separate runs), mean over seeds, ratio to baseline"
+
+
+def bench_speed_note(rounds: int | None) -> str:
+    """The sentence on speed when it comes from ``bench.json`` (``rounds``: its rounds, if recorded)."""
+    of = f", median of {rounds} rounds" if rounds else ", median over rounds"
+    return f"speed: interleaved benchmark (ablate-bench){of}, ratio to baseline"
+
+
+class CaptionText:
+    """The caption and its notes of a ``SweepTable`` (a mixin: ``self`` is the table)."""
+
+    def metric_note(self) -> str:
+        """What the accuracy column holds: the metric, or which metric each task (row) uses."""
+        if len(self.metrics) < 2:
+            return f"{self.metric} on the test split (%)"
+        uses = []
+        for metric in self.metrics:
+            rows = [r for r in self.flat if r.metric == metric]
+            tasks = list(dict.fromkeys(t for r in rows for t in r.tasks))
+            by_task = tasks and not any(set(r.tasks) & set(tasks) for r in self.flat if r.metric != metric)
+            uses.append(f"{metric} for {'task ' if by_task else ''}"
+                        + ", ".join(tasks if by_task else [r.label for r in rows]))
+        return (f"accuracy: each task's own metric on the test split (%), not comparable across metrics "
+                f"({'; '.join(uses)})")
+
+    def test_note(self) -> str:
+        """The caption's sentence on the marks and the Δ column."""
+        n = self.n_comparisons
+        marks = (f"* p<0.05, ** p<0.01: {TEST_NAMES[self.test]}, Holm–Bonferroni-corrected across "
+                 f"{n} comparison{'s' if n != 1 else ''} (two-sided, accuracy vs the baseline"
+                 + (" in the same column" if self.pivoted else "") + ")")
+        if self.pivoted:
+            return marks
+        how = ("mean of the differences over the seeds both rows have" if self.test == "paired"
+               else "difference of the means")
+        return f"{marks}; Δ: accuracy minus the baseline's in points, {how}, [95% CI]"
+
+    def budget_note(self) -> str | None:
+        """Which training budget the variants shared (``record["budget"]["match"]``), if recorded."""
+        b = self.budget
+        if not b or not b.get("match"):
+            return None
+        match = b["match"]
+        if match == "steps":
+            steps = sorted(b.get("steps_all") or ([b["steps"]] if b.get("steps") else []))
+            if steps:
+                return f"budget: every variant trained for {_span(steps)} steps"
+            return "budget: every variant trained for the same number of steps"
+        if match == "tokens":
+            of = f" ({_count(b['baseline_tokens'])} tokens)" if b.get("baseline_tokens") else ""
+            return f"budget: training tokens matched to the baseline's{of}"
+        if match == "flops":
+            flops = b.get("baseline_train_flops")
+            of = f": {flops:.2g} per run".replace("e+", "e") if flops else ""
+            return f"budget: training FLOPs matched to the baseline's (±1 step){of}"
+        return f"budget: {match} matched"
+
+    def tune_note(self) -> str | None:
+        """A tuned sweep's sentence: the lr grid and how each variant's lr was chosen, what
+        ``Δ @ default lr`` compares, and which variants are not tuned yet."""
+        t = self.tune
+        if not t:
+            return None
+        grid = ", ".join(_lr_text(lr) for lr in t.lr)
+        seeds = t.seeds
+        on = f", tuning seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""
+        note = (f"lr tuned per variant on the validation split (grid {grid}; best validation "
+                f"{t.metric or 'loss'}{on}); the rows are the runs at each variant's chosen lr")
+        if t.default_lr is not None:
+            note += f"; Δ @ default lr: the same comparison at the shared default lr {_lr_text(t.default_lr)}"
+        missing = [r.label for r in self.flat if r.lr is None]
+        if missing:
+            note += f"; not tuned yet (runs at the default lr shown): {', '.join(missing)}"
+        return note
+
+    def caption(self) -> str:
+        """The notes in the order a reader needs them (a smoke test's warning first), "; "-joined."""
+        ns = sorted({r.n for r in self.flat}) or [0]
+        n = f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]}"
+        baseline = f"baseline: {self.baseline}" + ("" if self.baseline_shown else " (row not shown)")
+        parts = [f"{self.metric_note()}, mean ± sample std over seeds ({n} ok runs per variant)"]
+        if self.pivoted:
+            parts.append(f"columns: {self.columns_key}; avg: mean of the row's per-{self.columns_key} means")
+        parts.append(self.test_note())
+        if not self.pivoted:
+            parts.append(self.speed_note)
+            parts.append("memory: peak bytes per training step"
+                         + (f" ({self.memory_source})" if self.memory_source else "") + ", ratio to baseline")
+            if self.has_flops:
+                parts.append("FLOPs: training FLOPs of a run (forward + backward: matmuls and attention "
+                             "scores), mean over seeds, ratio to baseline")
+            if self.has_losses:
+                parts.append("early/final loss: validation loss at 25% of training and at its end "
+                             "(Narang et al. 2021), mean over seeds")
+        for note in (self.budget_note(), self.tune_note()):
+            if note:
+                parts.append(note)
+        parts += [baseline, "diverged/failed runs are counted in status and excluded from means"]
+        if self.sharing and self.speed_source == "records" and not self.pivoted:
+            parts.insert(parts.index(self.speed_note) + 1, self.sharing_note())
+        if self.beyond_lengths is not None:
+            parts.insert(1, "each run's accuracy at its own training length (task.seq_len)")
+        if self.extra_lengths:
+            trained = f"trained at length {self.train_length}; " if self.train_length else ""
+            metric = self.metric if len(self.metrics) < 2 else "accuracy"
+            parts.insert(1, f"{trained}acc@L: {metric} at evaluation length L")
+        if self.smoke:
+            parts.insert(0, f"SMOKE TEST ({self.smoke_note()}), not a result")
+        return "; ".join(parts) + "."
+
+    def smoke_note(self) -> str:
+        """``20 steps, seed 0``: what the smoke test's runs were."""
+        if not self.smoke:
+            return ""
+        steps, seeds = self.smoke.get("steps") or [], self.smoke.get("seeds") or []
+        out = []
+        if steps:
+            out.append(f"{_span(steps)} step{'s' if steps[-1] != 1 else ''}")
+        if seeds:
+            out.append(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}")
+        return ", ".join(out) or "smoke=true"
+
+    def sharing_note(self) -> str:
+        """The caption's sentence on jobs that ran at once on the same cores."""
+        s = self.sharing or {}
+        threads = s.get("threads") or []
+        each = f", {_span(threads)} torch thread{'s' if threads and threads[-1] != 1 else ''} each" if threads else ""
+        cores = f" on {s['cores']} cores" if s.get("cores") else ""
+        over = (" (more threads than cores)" if threads and s.get("cores")
+                and threads[-1] * s["jobs"] > s["cores"] else "")
+        return (f"jobs shared the machine: up to {s['jobs']} ran at once{cores}{each}{over}, so the speed "
+                "ratios come from runs competing for the CPU (`ablate-table --bench` re-times the "
+                "variants interleaved)")
+
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+
+
+def _count(value: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+def _lr_text(lr: float) -> str:
+    return f"{float(lr):g}"
+

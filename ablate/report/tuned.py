@@ -1,0 +1,68 @@
+"""A tuned sweep's runs (``sweep.json``'s ``tune`` block): which of its records a table summarises.
+
+A tuned sweep trains every variant at every lr of a grid with the tuning seeds, then each variant
+at its chosen lr with the sweep's seeds. Its table shows each variant's runs at its chosen lr, with
+that lr, and a second Δ: the same comparison between the runs at the shared default lr (the tuning
+runs there), which is what an untuned sweep would have shown. A variant whose lr is not chosen yet
+shows its default-lr runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ablate.report.record_fields import lr_of, metric_of, seed_of
+from ablate.report.rows import Row, accuracy_by_seed
+from ablate.report.stats import finite
+from ablate.sweep import Tuning, group_by_variant, job_variant
+
+
+def final_runs(records: list[dict], swept: set[str], tune: Tuning | None) -> tuple[list[dict], list[dict]]:
+    """The runs the rows summarise, and a tuned sweep's runs at the shared default lr (for its
+    second Δ). Untuned: every record, and none at the default lr."""
+    if tune is None:
+        return records, []
+    final, at_default = _chosen_lr_runs(records, swept, tune)
+    if not final:
+        raise ValueError("no records at the chosen (or default) lr of this tuned sweep")
+    return final, at_default
+
+
+def _chosen_lr_runs(records: list[dict], swept: set[str], tune: Tuning) -> tuple[list[dict], list[dict]]:
+    """A tuned sweep's records -> (the final runs: each variant's at its chosen lr and the sweep's
+    seeds; the runs at the shared default lr and the tuning seeds)."""
+    chosen, default = tune.chosen, tune.default_lr
+    final_seeds = tune.final_seeds  # when the sweep records them; else every seed at the chosen lr
+    tuning_seeds = tune.seeds or None
+    final, at_default = [], []
+    for r in records:
+        lr, seed = lr_of(r), seed_of(r)
+        key = job_variant(r.get("overrides"), swept)
+        if key in chosen:
+            if _same_lr(lr, chosen[key]) and (not isinstance(final_seeds, list) or seed in final_seeds):
+                final.append(r)
+        elif _same_lr(lr, default):  # tuning not finished for this variant: its default-lr runs
+            final.append(r)
+        if _same_lr(lr, default) and (not isinstance(tuning_seeds, list) or seed in tuning_seeds):
+            at_default.append(r)
+    return final, at_default
+
+
+def _same_lr(a: float | None, b: Any) -> bool:
+    try:
+        return a is not None and math.isclose(a, float(b), rel_tol=1e-6)
+    except (TypeError, ValueError):
+        return False
+
+
+def add_default_lr_runs(flat: list[Row], at_default: list[dict], swept: set[str], tune: Tuning) -> None:
+    """A tuned sweep's rows: each one's chosen lr (None until chosen) and its ok runs' accuracies
+    at the shared default lr, which the second Δ compares."""
+    chosen = tune.chosen
+    default_runs = group_by_variant(at_default, swept) if at_default else {}
+    for row in flat:
+        ok = [r for r in default_runs.get(row.key, []) if r.get("status") == "ok"]
+        row.lr = float(chosen[row.key]) if row.key in chosen else None
+        row.by_seed_default = accuracy_by_seed(ok)
+        row.accuracies_default = finite(metric_of(r, "accuracy") for r in ok)
