@@ -1,12 +1,17 @@
 """Console entry point ``ablate``: Hydra composes the config from ``conf/``, one job trains.
 
-``ablate --list [--config-dir DIR]`` prints every option of every group instead. ``--plan``
-prints what a sweep would run (jobs, what is done already, an estimated time) and runs nothing.
-``--redefine`` lets a multirun run in a sweep directory that holds another sweep definition.
-``--smoke`` shrinks any run or sweep to a smoke test (``config.SMOKE``; one seed).
-
 ``ablate`` runs the defaults once; ``ablate -m key=a,b seed=0,1,2`` sweeps; ``ablate -m
 experiment=NAME`` runs a named ablation from ``conf/experiment/`` (the repo's ``experiments/``).
+
+Four flags of ablate's own (``ablate --help`` lists them; :data:`FLAGS`), each a shorthand for
+config keys, which tab completion offers too:
+
+* ``--list [--config-dir DIR]``: every option of every group, and runs nothing;
+* ``--plan``: ``-m hydra.sweeper.plan=true``: what a sweep would run (jobs, what is done already,
+  an estimated time), and runs nothing;
+* ``--redefine``: ``hydra.sweeper.redefine=true``: a multirun may run in a sweep directory that
+  holds another sweep definition;
+* ``--smoke``: ``smoke=true seed=0``: any run or sweep as a smoke test (``config.SMOKE``).
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ from omegaconf import DictConfig
 
 from ablate.config import ConfigError
 from ablate.paths import CONF_DIR
-from ablate.sweep import PLAN_ENV, REDEFINE_ENV, register_job_dir_resolver
+from ablate.resolvers import register_resolvers
 
-register_job_dir_resolver()  # for hydra.sweep.subdir; joblib/submitit job processes get it with Hydra's state
+register_resolvers()  # joblib/submitit job processes get them with Hydra's state
+
+#: ablate's own flags -> what each stands for (``ablate --help`` prints this)
+FLAGS = {
+    "--list": "every option of every group (with yours from --config-dir), with the paper each cites; runs nothing",
+    "--plan": "= -m hydra.sweeper.plan=true: every job of the sweep, what is done already, an estimated time; "
+              "runs nothing",
+    "--redefine": "= hydra.sweeper.redefine=true: run this sweep in a hydra.sweep.dir that holds another one",
+    "--smoke": "= smoke=true seed=0: any run or sweep as a quick smoke test (few steps, small held-out set)",
+}
 
 
 _started: list[bool] = []  # the task function ran: Hydra composed the config
@@ -30,7 +44,8 @@ _started: list[bool] = []  # the task function ran: Hydra composed the config
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 def _main(cfg: DictConfig) -> Any:
-    from ablate.run import Job, run_job
+    from ablate.job import Job
+    from ablate.run import run_job
 
     _started.append(True)
     job = Job.from_hydra()
@@ -57,25 +72,36 @@ def _config_dirs(argv: list[str]) -> list[str]:
     return dirs
 
 
+def expand_flags(argv: list[str]) -> list[str]:
+    """The command line with ablate's flags (``FLAGS``) replaced by the config keys they stand for.
+    The keys join the command line's own overrides (Hydra's parser takes its overrides in one run
+    of positional arguments)."""
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    rest = [a for a in argv if a not in ("--plan", "--redefine", "--smoke")]
+    extra = []
+    if "--plan" in argv:
+        extra.append("hydra.sweeper.plan=true")
+        if not multirun:  # a single run is planned as a sweep of one job
+            rest, multirun = ["-m", *rest], True
+    if "--redefine" in argv:
+        extra.append("hydra.sweeper.redefine=true")
+    if "--smoke" in argv:  # one seed: the command line's and an experiment's seed sweep become seed 0
+        rest = [("seed=0" if a.startswith("seed=") else a) for a in rest]
+        extra += ["smoke=true"] + (["++hydra.sweeper.params.seed=0"] if multirun else [])
+    first = next((i for i, a in enumerate(rest) if "=" in a and not a.startswith("-")
+                  and (i == 0 or not rest[i - 1].startswith("-") or rest[i - 1] in ("-m", "--multirun"))), len(rest))
+    return rest[:first] + extra + rest[first:]
+
+
 def main() -> None:
     argv = sys.argv[1:]
-    for flag, env in (("--redefine", REDEFINE_ENV), ("--plan", PLAN_ENV)):
-        if flag in argv:  # --redefine: run another sweep definition in a directory that holds one;
-            os.environ[env] = "1"  # --plan: print what the sweep would run, run nothing
-            argv = [a for a in argv if a != flag]
-            if flag == "--plan" and not {"-m", "--multirun"} & set(argv):
-                argv = ["-m", *argv]  # a single run is planned as a sweep of one job
-            sys.argv = [sys.argv[0], *argv]
-    if "--smoke" in argv:  # any run or sweep as a smoke test: few steps, a small held-out set, one seed
-        argv = [("seed=0" if a.startswith("seed=") else a) for a in argv if a != "--smoke"] + ["smoke=true"]
-        if {"-m", "--multirun"} & set(argv):
-            argv.append("++hydra.sweeper.params.seed=0")
-        sys.argv = [sys.argv[0], *argv]
     if "--list" in argv:  # every option of every group, built-in and from --config-dir
         from ablate.catalog import render
 
         print(render(_config_dirs(argv)))
         return
+    argv = expand_flags(argv)
+    sys.argv = [sys.argv[0], *argv]
     try:
         _main()
     except SystemExit as stop:
@@ -136,6 +162,11 @@ def _unknown_key(argv: list[str]) -> str | None:
         return None
     lines = []
     for key, value in unknown.items():
+        if key in ("hydra.sweeper.plan", "hydra.sweeper.redefine"):
+            flag = "--" + key.rsplit(".", 1)[1]
+            lines.append(f"{flag} ({key}) needs ablate's sweeper, hydra/sweeper=ablate (the default); "
+                         f"this sweep names another")
+            continue
         parent = key.rpartition(".")[0]
         node = OmegaConf.select(cfg, parent) if parent else cfg
         valid = ", ".join(str(k) for k in node) if OmegaConf.is_dict(node) else "(none)"

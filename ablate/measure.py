@@ -16,6 +16,9 @@ Memory
     on every machine and every call. On CUDA the allocator's own peak
     (``torch.cuda.max_memory_allocated``) is the headline number instead;
     :func:`cuda_peak_memory` measures it for the same steps.
+
+Why one module over ~450 lines: it is the code of docs/measurements.md's definitions (speed,
+memory by category, peaks, MFU), kept in one file so the definitions and their code read side by side.
 """
 
 from __future__ import annotations

@@ -5,18 +5,21 @@ it) or an unfinished one (rerun), its steps, and an estimate of the time left on
 each variant still to run is timed for a few training steps here (interleaved, as
 ``ablate-bench`` does; nothing is saved), and each job adds a start-up allowance for data,
 memory accounting, evaluation and logging. Nothing is trained and nothing is written.
+
+:func:`preview` returns the plan as data (:class:`Preview`); :func:`render` prints it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from ablate.jobdir import job_dir_name
+from ablate.planner import LR_KEY, Planner, directory_conflict, variant_configs
 from ablate.results import read_record
-from ablate.sweep import job_dir_name, job_signature, variant_key, variant_overrides
+from ablate.sweep import SweepPlan, job_signature
 
 #: seconds a job spends outside its timed steps here (data, the memory pass, evaluation, slower
 #: than median steps, validation, wandb): `make main`'s 9 jobs on this 2-core machine gave a median
@@ -28,6 +31,8 @@ WARMUP_ROUNDS = 2  # untimed rounds first: the first steps of a fresh model are 
 
 @dataclass
 class PlannedJob:
+    """One job as ``--plan`` lists it."""
+
     num: int
     overrides: list[str]
     steps: int
@@ -41,37 +46,72 @@ class PlannedJob:
         return self.status != "done"
 
 
-def plan_jobs(sweep_dir: Path, jobs: list[list[str]], configs: list[DictConfig], swept: list[str]) -> list[PlannedJob]:
-    """Each job's state in ``sweep_dir``: done, to rerun, or to run."""
-    planned = []
-    for num, (overrides, cfg) in enumerate(zip(jobs, configs)):
-        record = read_record(sweep_dir / job_dir_name(overrides))
-        if record is None or job_signature(record.get("overrides")) != job_signature(overrides):
-            status = "to run"
-        else:
-            status = "done" if record.get("status") == "ok" else "rerun"
-        variant = variant_key(variant_overrides(overrides, swept)) or "defaults"
-        planned.append(PlannedJob(num, overrides, int(cfg.trainer.max_steps), status, variant))
-    return planned
+@dataclass
+class Preview:
+    """What ``--plan`` shows: the jobs, the estimate, and a note (e.g. a directory conflict)."""
+
+    sweep_dir: Path
+    jobs: list[PlannedJob]
+    note: str | None = None
+    step_times: dict[str, float] = field(default_factory=dict)  # variant -> seconds per step, timed here
+
+    @property
+    def to_run(self) -> list[PlannedJob]:
+        return [j for j in self.jobs if j.runs]
+
+    @property
+    def steps_to_run(self) -> int:
+        return sum(j.steps for j in self.to_run)
+
+    @property
+    def seconds(self) -> float:
+        """Estimated seconds on this machine, one job after another."""
+        return sum(j.steps * (j.step_time_s or 0.0) + JOB_OVERHEAD_S for j in self.to_run)
 
 
-def time_variants(planned: list[PlannedJob], configs: list[DictConfig]) -> dict[str, float]:
-    """Seconds per training step of each variant still to run, timed here for a few steps."""
-    from ablate.bench import interleaved
+def job_status(sweep_dir: Path, overrides: list[str]) -> str:
+    """A job's state in ``sweep_dir``: done (a relaunch skips it), rerun, or to run."""
+    record = read_record(sweep_dir / job_dir_name(overrides))
+    if record is None or job_signature(record.get("overrides")) != job_signature(overrides):
+        return "to run"
+    return "done" if record.get("status") == "ok" else "rerun"
 
-    todo = {}
-    for job, cfg in zip(planned, configs):
-        if job.runs:
-            todo.setdefault(job.variant, cfg)
-    if not todo:
+
+def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps: bool = True) -> Preview:
+    """The plan of a validated sweep as data. A tuned sweep's final jobs, whose learning rate the
+    tuning runs choose, are listed "after tuning"; those whose seed is a tuning seed reuse a tuning
+    run and are not counted. ``time_steps``: time each variant still to run here (a few steps)."""
+    sweep_dir = Path(sweep_dir)
+    jobs = [PlannedJob(num, job, int(planner.compose(job).trainer.max_steps), job_status(sweep_dir, job),
+                       plan.variant(job) or "defaults") for num, job in enumerate(plan.jobs)]
+    if plan.tune is not None:
+        tuning_seeds = {f"seed={s}" for s in plan.tune.seeds}
+        for job in plan.definition:
+            if not any(o in tuning_seeds for o in job):
+                jobs.append(PlannedJob(len(jobs), job + [f"{LR_KEY}=<chosen>"],
+                                       int(planner.compose(job).trainer.max_steps), "after tuning",
+                                       plan.variant(job) or "defaults"))
+    result = Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan))
+    if time_steps:
+        todo = {j.variant for j in jobs if j.runs}
+        configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, plan.jobs).items()}
+        result.step_times = time_variants({k: v for k, v in configs.items() if k in todo})
+    for job in jobs:
+        job.step_time_s = result.step_times.get(job.variant) if job.runs else None
+    return result
+
+
+def time_variants(configs: dict[str, DictConfig]) -> dict[str, float]:
+    """Seconds per training step of each variant, timed here for a few steps."""
+    from ablate.timing import interleaved
+
+    if not configs:
         return {}
-    result = interleaved(todo, rounds=1, steps_per_round=TIMING_STEPS, warmup_rounds=WARMUP_ROUNDS)
+    result = interleaved(configs, rounds=1, steps_per_round=TIMING_STEPS, warmup_rounds=WARMUP_ROUNDS)
     out = {}
     for key, entry in result["variants"].items():
-        tokens_per_s = entry["tokens_per_s"]["median"]
-        cfg = todo[key]
-        tokens_per_step = int(cfg.task.batch_size) * int(cfg.task.seq_len)
-        out[key] = tokens_per_step / tokens_per_s
+        cfg = configs[key]
+        out[key] = int(cfg.task.batch_size) * int(cfg.task.seq_len) / entry["tokens_per_s"]["median"]
     return out
 
 
@@ -81,43 +121,21 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {m} min" if hours else f"{m} min {s} s" if m else f"{s} s"
 
 
-def render(sweep_dir: Path, planned: list[PlannedJob], step_times: dict[str, float], note: str | None = None) -> str:
-    lines = [f"ablate --plan: {len(planned)} job(s) in {sweep_dir} (nothing is trained, nothing is written)"]
-    if note:
-        lines.append(f"  note: {note}")
-    width = max((len(" ".join(j.overrides)) for j in planned), default=10)
+def render(plan: Preview) -> str:
+    lines = [f"ablate --plan: {len(plan.jobs)} job(s) in {plan.sweep_dir} (nothing is trained, nothing is written)"]
+    if plan.note:
+        lines.append(f"  note: {plan.note}")
+    width = max((len(" ".join(j.overrides)) for j in plan.jobs), default=10)
     lines.append(f"  {'#':>3}  {'job':<{width}}  {'status':<12} {'steps':>7}  {'s/step':>7}")
-    for job in planned:
-        job.step_time_s = step_times.get(job.variant) if job.runs else None
+    for job in plan.jobs:
         per_step = f"{job.step_time_s:.3f}" if job.step_time_s else "-"
         lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<12} "
                      f"{job.steps:>7}  {per_step:>7}")
-    todo = [j for j in planned if j.runs]
-    steps = sum(j.steps for j in todo)
-    seconds = sum(j.steps * (j.step_time_s or 0.0) + JOB_OVERHEAD_S for j in todo)
-    lines.append(f"to run: {len(todo)} job(s), {steps:,} training steps; done already: "
-                 f"{len(planned) - len(todo)} (a relaunch into this directory skips them)")
+    todo = plan.to_run
+    lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
+                 f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")
     if todo:
-        lines.append(f"estimated time on this machine, one job after another: about {_duration(seconds)} "
+        lines.append(f"estimated time on this machine, one job after another: about {_duration(plan.seconds)} "
                      f"({TIMING_STEPS} timed steps per variant here, plus ~{JOB_OVERHEAD_S:g} s a job for "
                      "data, memory accounting, evaluation and logging)")
     return "\n".join(lines)
-
-
-def show_plan(sweep_dir: Path, jobs: list[list[str]], load: Callable[[list[str]], DictConfig],
-              swept: list[str], note: str | None = None, print_fn: Callable[[str], Any] = print,
-              later: list[list[str]] = ()) -> list[PlannedJob]:
-    """Print the plan of a validated sweep; ``load(overrides)`` composes a job's config. ``later``:
-    a tuned sweep's final jobs, whose learning rate the tuning runs (``jobs``) choose; those whose
-    seed is a tuning seed reuse a tuning run and are not counted."""
-    configs = [load(overrides) for overrides in jobs]
-    planned = plan_jobs(sweep_dir, jobs, configs, swept)
-    tuning_seeds = {o for job in jobs for o in job if o.startswith("seed=")}
-    for overrides in later:
-        if not any(o in tuning_seeds for o in overrides):
-            cfg = load(overrides)
-            planned.append(PlannedJob(len(planned), overrides + ["optim.lr=<chosen>"], int(cfg.trainer.max_steps),
-                                      "after tuning", variant_key(variant_overrides(overrides, swept)) or "defaults"))
-            configs.append(cfg)
-    print_fn(render(sweep_dir, planned, time_variants(planned, configs), note))
-    return planned

@@ -11,26 +11,24 @@ Every consumer names a variant by :func:`variant_key` (sorted ``key=value`` pair
 ``,``): the wandb ``job_type`` of a job (``ablate.run``), the rows of the table
 (``ablate.report``) and the keys of ``bench.json`` (``ablate.bench``), so the three always agree.
 
-This module also names each job's directory (:func:`job_dir_name`, Hydra's
-``hydra.sweep.subdir``), and imports nothing of the training, report or entry-point modules.
+A sweep's plan is one typed object, :class:`SweepPlan`, which is also its file ``sweep.json``
+(:meth:`SweepPlan.write`, :meth:`SweepPlan.read`): the sweeper writes it, each job reads it once,
+the table reads it back. This module imports nothing of the training, report or entry-point
+modules.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import warnings
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
 from ablate.results import load_records, sort_records, write_json_atomic
 
 SWEEP_FILE = "sweep.json"
-#: set (by ``ablate --redefine``) to run a new sweep definition in a directory that holds another
-REDEFINE_ENV = "ABLATE_REDEFINE_SWEEP"
-#: set (by ``ablate --plan``) to print what a sweep would run, and run nothing
-PLAN_ENV = "ABLATE_PLAN_SWEEP"
 NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
 
 
@@ -41,18 +39,6 @@ NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
 def override_key(override: str) -> str:
     """The key an override sets, without Hydra's ``+``/``++``/``~`` prefix: ``+a.b=1`` -> ``a.b``."""
     return str(override).split("=", 1)[0].strip().lstrip("+~")
-
-
-#: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
-LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
-             ("submitit_launcher.LocalLauncher", "submitit_local"), ("SlurmLauncher", "submitit_slurm"))
-
-
-def launcher_kind(target: str) -> str:
-    """The launcher a ``hydra.launcher._target_`` names: ``basic``, ``joblib``, ``submitit_local``,
-    ``submitit_slurm``, or another launcher's class name."""
-    return next((kind for suffix, kind in LAUNCHERS if target.endswith(suffix)),
-                target.rsplit(".", 1)[-1] or "unknown")
 
 
 def is_variant_key(key: str) -> bool:
@@ -133,64 +119,88 @@ def swept_keys(jobs: list[list[str]]) -> list[str]:
     return [key for key, seen in values.items() if len(seen) > 1]
 
 
-def write_sweep_file(sweep_dir: str | Path, jobs: list[list[str]], definition: list[list[str]] | None = None,
-                     swept: list[str] | None = None, **entries: Any) -> Path:
-    """``<sweep_dir>/sweep.json``, written atomically: ``{"swept": swept, "jobs": jobs, "definition":
-    definition, **entries}``. ``jobs`` are every job launched so far; ``definition`` the jobs the
-    command line defines before any learning rate is tuned (default: ``jobs``); ``swept`` the keys
-    that name variants (default: those that vary across the definition); ``entries`` e.g. ``tune``
-    and ``budget`` (docs/internals.md, "sweep.json")."""
-    definition = jobs if definition is None else definition
-    path = Path(sweep_dir) / SWEEP_FILE
-    write_json_atomic(path, {"swept": swept_keys(definition) if swept is None else swept, "jobs": jobs,
-                             "definition": definition, **entries})
-    return path
+@dataclass
+class Budget:
+    """How a sweep's steps were matched (``budget.match=tokens|flops``): each variant's
+    ``trainer.max_steps`` and the variant whose budget it was given."""
+
+    match: str                                              # tokens | flops
+    steps: dict[str, int] = field(default_factory=dict)     # variant -> trainer.max_steps
+    baseline_of: dict[str, str] = field(default_factory=dict)  # variant -> its baseline variant
 
 
-def _sweep_entry(sweep_dir: str | Path, key: str) -> Any:
-    """One entry of ``<sweep_dir>/sweep.json`` (None when the file or the entry is missing or unreadable)."""
-    try:
-        data = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data.get(key) if isinstance(data, dict) else None
+@dataclass
+class Tuning:
+    """A sweep's per-variant learning-rate tuning (``tune.lr``): the grid and, once the tuning
+    runs have ended, each variant's chosen rate and every rate's validation score."""
+
+    lr: list[float]                 # the grid, optim.lr included
+    default_lr: float | None = None  # optim.lr: what an untuned sweep would have used
+    seeds: list[int] = field(default_factory=list)        # the tuning runs' seeds
+    final_seeds: list[int] | None = None  # the seeds the definition runs at the chosen rate (None: unrecorded)
+    metric: str = "loss"            # loss | accuracy (tune.metric)
+    chosen: dict[str, float] = field(default_factory=dict)                    # variant -> lr
+    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # variant -> lr text -> score
 
 
-def read_sweep_keys(sweep_dir: str | Path) -> list[str] | None:
-    """The swept keys recorded at the start of the sweep (None when unknown)."""
-    swept = _sweep_entry(sweep_dir, "swept")
-    return [override_key(k) for k in swept] if isinstance(swept, list) else None
+@dataclass
+class SweepPlan:
+    """A multirun, planned: what ``ablate.planner`` makes of a command line and ``sweep.json`` holds.
+
+    ``definition`` is every job the command line defines (design rows and budget steps
+    included): what a relaunch must define again to resume. ``jobs`` is every job launched so far:
+    the first stage (a tuned sweep's tuning runs, else the definition), then a tuned sweep's final
+    runs. ``swept`` are the keys that name variants (``seed`` included; never a budget's
+    ``trainer.max_steps`` or a tuned ``optim.lr``). ``budget`` and ``tune`` are None when off."""
+
+    swept: list[str]
+    jobs: list[list[str]]
+    definition: list[list[str]]
+    budget: Budget | None = None
+    tune: Tuning | None = None
+
+    def variant(self, overrides: Iterable[str] | None) -> str:
+        """A job's variant by name (``""`` for the defaults)."""
+        return job_variant(overrides, self.swept)
+
+    def write(self, sweep_dir: str | Path) -> Path:
+        """``<sweep_dir>/sweep.json``, written atomically (docs/internals.md, "sweep.json")."""
+        data = asdict(self)
+        if self.tune is None:
+            del data["tune"]  # an untuned sweep's file has no tune entry
+        path = Path(sweep_dir) / SWEEP_FILE
+        write_json_atomic(path, data)
+        return path
+
+    @classmethod
+    def read(cls, sweep_dir: str | Path | None) -> "SweepPlan | None":
+        """The plan in ``<sweep_dir>/sweep.json``; None when there is none or it cannot be read.
+        Files written before ``definition`` was recorded give their ``jobs`` as the definition."""
+        if sweep_dir is None:
+            return None
+        try:
+            data = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())
+            jobs = _job_lists(data["jobs"])
+            definition = _job_lists(data.get("definition")) if data.get("definition") is not None else jobs
+            swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
+            budget, tune = data.get("budget"), data.get("tune")
+            return cls(swept=swept, jobs=jobs, definition=definition,
+                       budget=_typed(Budget, budget) if isinstance(budget, dict) else None,
+                       tune=_typed(Tuning, tune) if isinstance(tune, dict) else None)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
 
 
-def read_sweep_jobs(sweep_dir: str | Path) -> list[list[str]] | None:
-    """The jobs (override lists) recorded at the start of the sweep (None when unknown)."""
-    jobs = _sweep_entry(sweep_dir, "jobs")
-    if not isinstance(jobs, list) or not all(isinstance(job, list) for job in jobs):
-        return None
-    return [[str(o) for o in job] for job in jobs]
+def _job_lists(value: Any) -> list[list[str]]:
+    if not isinstance(value, list) or not all(isinstance(job, list) for job in value):
+        raise ValueError("not a list of override lists")
+    return [[str(o) for o in job] for job in value]
 
 
-def read_sweep_definition(sweep_dir: str | Path) -> list[list[str]] | None:
-    """The jobs the sweep's command line defined (its ``jobs`` for sweeps written before definitions
-    were recorded); what a relaunch must match to resume the sweep."""
-    jobs = _sweep_entry(sweep_dir, "definition")
-    if not isinstance(jobs, list) or not all(isinstance(job, list) for job in jobs):
-        return read_sweep_jobs(sweep_dir)
-    return [[str(o) for o in job] for job in jobs]
-
-
-def read_sweep_budget(sweep_dir: str | Path) -> dict | None:
-    """The ``budget`` entry of a sweep whose steps were matched (None otherwise):
-    ``{"match", "steps": {variant_key: steps}, "baseline_of": {variant_key: its baseline}}``."""
-    budget = _sweep_entry(sweep_dir, "budget")
-    return budget if isinstance(budget, dict) else None
-
-
-def read_sweep_tune(sweep_dir: str | Path) -> dict | None:
-    """The ``tune`` entry of a sweep whose learning rate is tuned per variant (None otherwise):
-    ``{"lr": grid, "default_lr", "seeds", "metric", "chosen": {variant_key: lr}, "scores": ...}``."""
-    tune = _sweep_entry(sweep_dir, "tune")
-    return tune if isinstance(tune, dict) else None
+def _typed(cls: type, data: dict) -> Any:
+    """A dataclass from its JSON entry; keys it does not know (a newer file) are left out."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +278,8 @@ def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
     """A sweep directory's records that belong to the sweep its ``sweep.json`` defines; others
     (left by an earlier definition) are named in a warning and left out."""
     records = load_records(sweep_dir)
-    kept = sweep_records(records, read_sweep_jobs(sweep_dir))
+    plan = SweepPlan.read(sweep_dir)
+    kept = sweep_records(records, plan.jobs if plan else None)
     if len(kept) < len(records):
         warnings.warn(f"{sweep_dir}: leaving out {len(records) - len(kept)} record(s) of jobs that are not in "
                       f"this sweep's definition ({SWEEP_FILE}): they come from an earlier sweep in this directory",
@@ -297,9 +308,9 @@ def records_swept_keys(records: list[dict]) -> set[str]:
     """The swept keys of the sweep(s) the records come from: those of their ``sweep.json`` where
     every record's sweep directory has one, else the keys whose values vary across the records."""
     dirs = {_record_sweep_dir(r) for r in records}
-    found = [read_sweep_keys(d) for d in dirs if d is not None]
-    if records and None not in dirs and all(keys is not None for keys in found):
-        return {k for keys in found for k in keys}
+    found = [SweepPlan.read(d) for d in dirs if d is not None]
+    if records and None not in dirs and all(plan is not None for plan in found):
+        return {k for plan in found for k in plan.swept}
     return varying_keys(records)
 
 
@@ -323,91 +334,3 @@ def group_by_variant(records: list[dict], swept: Iterable[str] | None = None) ->
         groups[job_variant(record.get("overrides"), swept)].append(record)
     return groups
 
-
-# ---------------------------------------------------------------------------------------------
-# Job directories
-# ---------------------------------------------------------------------------------------------
-
-JOB_DIR_RESOLVER = "ablate_job_dir"
-READABLE_BYTES = 120     # a longer name is shortened (and gets the hash)
-VALUE_CHARS = 40         # a shortened name keeps the last this-many characters of a long value
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
-
-
-def _safe(text: str) -> str:
-    return _UNSAFE.sub("_", text)
-
-
-def _short_item(item: str, short_keys: bool) -> str:
-    key, sep, value = item.partition("=")
-    key = _safe(key)
-    if short_keys:
-        key = key.rsplit(".", 1)[-1]
-    value = _safe(value)
-    if len(value) > VALUE_CHARS:  # paths: the file name at the end is what tells jobs apart
-        value = "_" + value[-(VALUE_CHARS - 1):]
-    return key + sep + value
-
-
-def _readable(items: list[str]) -> str:
-    """A name of at most READABLE_BYTES safe characters that reads like the overrides: long values
-    cut to their end, then keys cut to their last part, then overrides left out from the last,
-    settings (dotted keys) before group choices and the seed, which ablations sweep most."""
-    for short_keys in (False, True):
-        parts = [_short_item(item, short_keys) for item in items]
-        if len(",".join(parts)) <= READABLE_BYTES:
-            return ",".join(parts)
-    keep = list(range(len(items)))
-    drop_order = [i for i in reversed(keep) if "." in override_key(items[i])]
-    drop_order += [i for i in reversed(keep) if "." not in override_key(items[i])]
-    for i in drop_order:
-        if len(keep) == 1 or len(",".join(parts[k] for k in keep)) <= READABLE_BYTES:
-            break
-        keep.remove(i)
-    return ",".join(parts[k] for k in keep)[:READABLE_BYTES]
-
-
-def job_dir_name(overrides: Iterable[str]) -> str:
-    """The directory name of a job of a sweep, from its overrides: flat, readable, unique, stable.
-
-    The overrides (``experiment=`` left out, as the sweep's; sorted as Hydra's override_dirname)
-    joined by ``,`` when that is a short name of safe characters (``[A-Za-z0-9._=,+-]``): the
-    common case reads as before. Otherwise (a path, a list, a long sweep) the name is shortened,
-    unsafe characters become ``_``, and ``-`` plus 8 hex digits of the SHA-1 of the overrides is
-    appended, so jobs never share a directory. The same overrides always give the same name:
-    a relaunched sweep finds its finished jobs. At most READABLE_BYTES + 9 bytes (far below any
-    file system's 255); never starts with ``.`` or ``-``; ``defaults`` for no overrides.
-    """
-    items = sorted(o for o in (str(o).strip() for o in overrides) if o and override_key(o) != "experiment")
-    if not items:
-        return "defaults"
-    full = ",".join(items)
-    if (len(full) <= READABLE_BYTES and not _UNSAFE.search(full) and not full.startswith((".", "-"))
-            and full.count(",") == len(items) - 1):  # a comma inside a value would be ambiguous
-        return full
-    digest = hashlib.sha1("\n".join(items).encode("utf-8")).hexdigest()[:8]
-    name = _readable(items)
-    if name.startswith((".", "-")):
-        name = "_" + name[1:]
-    return f"{name}-{digest}"
-
-
-def _job_dir_resolver(overrides: Any) -> str:
-    if isinstance(overrides, str):
-        overrides = [overrides]
-    return job_dir_name([str(o) for o in overrides or []])
-
-
-def register_job_dir_resolver() -> None:
-    """Make ``${ablate_job_dir:${hydra.overrides.task}}`` (``hydra.sweep.subdir``) resolvable.
-
-    Hydra resolves the subdir in the process that runs the job: the ``ablate`` process itself
-    (basic launcher), a joblib worker or a submitit job. ``ablate.cli`` calls this at import, in
-    the ``ablate`` process; the other launchers do not import ``ablate.cli`` in their job processes,
-    but they restore Hydra's state there (``Singleton.set_state``), which carries every OmegaConf
-    resolver registered in the launching process (this one pickled by reference to
-    ``ablate.sweep``). Calling it again does nothing."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver(JOB_DIR_RESOLVER):
-        OmegaConf.register_new_resolver(JOB_DIR_RESOLVER, _job_dir_resolver)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from ablate.results import jobs_at_once
-from ablate.run import cpu_cores
+from ablate.job import cpu_cores
 
 BIN = Path(sys.executable).parent
 SWEEPS = {

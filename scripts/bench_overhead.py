@@ -30,8 +30,11 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ablate.paths import CONF_DIR
+from ablate.resolvers import register_resolvers
 from ablate.lit import make_optimizer, train_step, warmup_cosine
-from ablate.run import _quiet_lightning, build, make_trainer
+from ablate.train import build, make_trainer, quiet_lightning
+
+register_resolvers()  # the config's ${ablate_size:...} presets
 
 YARDSTICK = ["task=lm", "task.seq_len=128", "task.batch_size=32", "model.d_model=128", "model.n_layers=4",
              "model.n_heads=4", "model.causal=true", "pos_enc=learned", "norm=layernorm", "ffn=gelu",
@@ -80,7 +83,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (e.g. model.n_layers=2)")
     args = parser.parse_args()
 
-    _quiet_lightning()
+    quiet_lightning()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=YARDSTICK + args.overrides)
     data, model, module = build(cfg)

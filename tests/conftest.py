@@ -46,6 +46,126 @@ def wandb_run_info(run_dir: str | Path) -> dict:
     return next(json.loads(line)["run"] for line in out.stdout.splitlines() if '"type":"run"' in line)
 
 
+# ---------------------------------------------------------------------------- the two tiers
+# `make test` runs every test; `make test-fast` (pytest -m "not slow") leaves out the ones marked
+# `slow`: end to end (they start a process: the ablate CLI, `wandb leet`, a script, DDP ranks, SLURM)
+# or seconds long. The fast tier starts no process, and this guard proves it: for a test not marked
+# slow, starting one fails the test with SLOW_HINT. It is on from the start of the test's setup
+# (fixtures of every scope: a module-scoped fixture is set up inside the first test that uses it)
+# through its body to the teardown of its function-scoped fixtures, and off for the teardown of
+# wider fixtures (a fast test may be the last of a module whose slow tests used them).
+
+SLOW_HINT = "this test starts a subprocess: mark it @pytest.mark.slow"
+# exact harmless commands a library may run inside a fast test (argv tuples); none needed so far
+ALLOWED_COMMANDS: frozenset[tuple[str, ...]] = frozenset()
+
+_guard: pytest.MonkeyPatch | None = None  # set while a fast test is guarded
+_violations: list[str] = []  # what the guarded test tried to start (kept for its report)
+
+
+def _refuse(what: str, argv=None) -> bool:
+    """Fail the guarded test for starting ``what``; True where the command is allowed (or no guard)."""
+    if _guard is None:
+        return True
+    if argv is not None:
+        argv = (argv,) if isinstance(argv, (str, bytes, os.PathLike)) else tuple(argv)
+        if tuple(os.fsdecode(a) for a in argv) in ALLOWED_COMMANDS:
+            return True
+    message = f"{SLOW_HINT} (it started {what})"
+    _violations.append(message)
+    pytest.fail(message, pytrace=True)  # BaseException: no library's `except Exception` swallows it
+
+
+def _start_guard() -> None:
+    global _guard
+    import _posixsubprocess
+
+    if _guard is not None:
+        return
+    mp = pytest.MonkeyPatch()
+    popen_init, system = subprocess.Popen.__init__, os.system
+
+    def guarded_popen_init(self, args, *a, **kw):
+        if _refuse(f"subprocess.Popen({args!r})", args):
+            with _paused():  # an allowed command: its own fork/exec inside Popen too
+                return popen_init(self, args, *a, **kw)
+
+    def guarded_system(command):
+        if _refuse(f"os.system({command!r})", ["/bin/sh", "-c", command]):
+            with _paused():
+                return system(command)
+
+    def refusing(name, original):
+        def guarded(*a, **kw):
+            _refuse(f"{name}()")
+            return original(*a, **kw)
+        return guarded
+
+    mp.setattr(subprocess.Popen, "__init__", guarded_popen_init)
+    mp.setattr(os, "system", guarded_system)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):  # multiprocessing, DataLoader workers
+        if hasattr(os, name):
+            mp.setattr(os, name, refusing(f"os.{name}", getattr(os, name)))
+    mp.setattr(_posixsubprocess, "fork_exec", refusing("_posixsubprocess.fork_exec", _posixsubprocess.fork_exec))
+    _guard = mp
+
+
+def _stop_guard() -> None:
+    global _guard
+    if _guard is not None:
+        _guard.undo()
+        _guard = None
+
+
+class _paused:
+    def __enter__(self):
+        self.guard = _guard
+        _stop_guard()
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            _start_guard()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if item.get_closest_marker("slow") is None:
+        _start_guard()
+    try:
+        return (yield)
+    except BaseException:
+        _stop_guard()  # setup failed or skipped: no body follows
+        raise
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_subprocess():
+    """Keeps the guard (switched on by pytest_runtest_setup, before fixtures of every scope) through
+    the test and its function-scoped fixtures (set up after this one, torn down before it)."""
+    yield
+    _stop_guard()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem):
+    try:
+        return (yield)
+    finally:
+        _stop_guard()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A refusal swallowed by a library (`except BaseException`, another thread) still fails the test."""
+    report = yield
+    if _violations:
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(dict.fromkeys(_violations))
+        _violations.clear()
+    return report
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models: one intra-op thread is fastest and immune to a busy machine."""
@@ -67,6 +187,9 @@ def tiny() -> list[str]:
 # ---------------------------------------------------------------------------- the built-in options
 import ablate  # noqa: E402
 from ablate.components import import_target  # noqa: E402
+from ablate.resolvers import register_resolvers  # noqa: E402
+
+register_resolvers()  # tests compose the config with Hydra's API, as `ablate` does after registering them
 
 CONF = Path(ablate.__file__).resolve().parent / "conf"
 

@@ -15,12 +15,13 @@ Layers, lowest first (docs/internals.md, "Layers"); a module imports from its ow
 the layers below it, never above:
 
     foundation      ablate, ablate.paths, ablate.components
-    records         ablate.results, ablate.sweep          (what jobs write and sweeps are made of)
+    records         ablate.results, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.measure, ablate.tracking, ablate.config, ablate.catalog,
-                    ablate.run, ablate.bench
+                    ablate.resolvers, ablate.job, ablate.train, ablate.run, ablate.timing
+    planning        ablate.planner, ablate.preview
     report          ablate.report.*
-    entry points    ablate.cli, ablate.callbacks, ablate.report.cli
+    entry points    ablate.cli, ablate.sweeper, ablate.callbacks, ablate.bench, ablate.report.cli
 
 A new module must be given a layer here.
 """
@@ -38,12 +39,13 @@ PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
     "foundation": ["ablate", "ablate.paths", "ablate.components"],
-    "records": ["ablate.results", "ablate.sweep"],
+    "records": ["ablate.results", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
-                 "ablate.run", "ablate.bench", "ablate.plan"],
+                 "ablate.resolvers", "ablate.job", "ablate.train", "ablate.run", "ablate.timing"],
+    "planning": ["ablate.planner", "ablate.preview"],
     "report": ["ablate.report"],
-    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.report.cli"],
+    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli"],
 }
 ORDER = list(LAYERS)
 
@@ -196,13 +198,35 @@ def test_imports_point_down_the_layers() -> None:
     assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
 
 
-def test_the_layers_that_matter_most() -> None:
+def _reaches(graph: dict[str, dict[str, int]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), {}):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_sweep_path_points_one_way() -> None:
+    """entry point -> sweeper -> plan -> (launch) -> job -> train -> record -> report: each stage
+    reaches only the stages after it, never one before (a job never plans; the planner never
+    launches; the table needs no training code)."""
     graph = import_graph()
-    assert not {"ablate.callbacks", "ablate.cli", "ablate.bench"} & set(graph["ablate.run"])
-    assert not [m for m in graph["ablate.run"] if m.startswith("ablate.report")]
-    assert not [m for m in graph["ablate.bench"] if m == "ablate.cli" or m.startswith("ablate.report")]
-    assert set(graph["ablate.sweep"]) <= {"ablate.results"}
-    assert "ablate.sweep" in graph["ablate.run"] and "ablate.sweep" in graph["ablate.report.table"]
+    assert {"ablate.planner", "ablate.sweep"} <= _reaches(graph, "ablate.sweeper")
+    planning = _reaches(graph, "ablate.planner")
+    assert {"ablate.job", "ablate.sweep", "ablate.config"} <= planning
+    assert not {"ablate.sweeper", "ablate.callbacks", "ablate.cli", "ablate.bench", "ablate.run"} & planning
+    for job_module in ("ablate.job", "ablate.train", "ablate.run"):
+        reached = _reaches(graph, job_module)
+        assert not {"ablate.planner", "ablate.preview", "ablate.sweeper", "ablate.callbacks", "ablate.cli"} & reached
+        assert not [m for m in reached if m.startswith("ablate.report")]
+    assert {"ablate.job", "ablate.train", "ablate.results"} <= set(graph["ablate.run"])
+    assert _reaches(graph, "ablate.sweep") <= {"ablate.results"}
+    report = set().union(*(_reaches(graph, m) for m in graph if m.startswith("ablate.report") and m != "ablate.report.cli"))
+    assert "ablate.sweep" in report
+    assert not {"ablate.job", "ablate.train", "ablate.run", "ablate.planner", "ablate.sweeper"} & report
 
 
 # --- the checker itself --------------------------------------------------------------------------

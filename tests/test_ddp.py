@@ -11,7 +11,10 @@ import torch
 from conftest import records, run_cli
 from omegaconf import OmegaConf
 
-from ablate.run import CHECKPOINT, build
+from ablate.run import CHECKPOINT
+from ablate.train import build
+
+pytestmark = pytest.mark.slow  # two DDP ranks through the real `ablate` CLI
 
 
 def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list[str]) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli
 
-from ablate.sweep import job_dir_name
+from ablate.jobdir import job_dir_name
 
 # 24 real keys of the config, each set to one value (their defaults, or tiny sizes)
 SINGLE_VALUED = [
@@ -40,6 +40,7 @@ def job_dirs(sweep: Path) -> list[Path]:
     return dirs
 
 
+@pytest.mark.slow
 def test_sweep_of_25_keys(tmp_path: Path) -> None:
     assert len(SINGLE_VALUED) == 24 and len({o.split("=")[0] for o in SINGLE_VALUED}) == 24
     sweep = tmp_path / "sweep"
@@ -61,6 +62,7 @@ def test_sweep_of_25_keys(tmp_path: Path) -> None:
     assert job_dirs(sweep) == dirs and len(records(sweep)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "joblib", "submitit_local"])
 def test_path_and_list_overrides(tmp_path: Path, tiny: list[str], launcher: str) -> None:
     """Hydra names the job directory in the process that runs the job: the resolver must be

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import records, run_cli
 
 from ablate.results import jobs_at_once
-from ablate.run import cpu_cores
+from ablate.job import cpu_cores
+
+pytestmark = pytest.mark.slow  # real submitit sweeps through the `ablate` CLI
 
 
 def submitit_sweep(tmp_path: Path, tiny: list[str], *extra: str) -> tuple[Path, list[dict]]:

@@ -392,6 +392,7 @@ def _wandb_cli():
     return str(exe) if exe.exists() else None
 
 
+@pytest.mark.slow
 def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -418,6 +419,7 @@ def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
     assert run_rec.get("job_type") == "table" and run_rec.get("run_group") == "sweep-g"
 
 
+@pytest.mark.slow  # main() logs the table to wandb: git, the wandb-core service
 def test_cli_csv(sweep, capsys):
     assert main([str(sweep), "--format", "csv", "--baseline", "qkv_shared"]) == 0
     rows = csv_dicts(capsys.readouterr().out)
@@ -425,6 +427,7 @@ def test_cli_csv(sweep, capsys):
     assert rows[2]["is_baseline"] == "True" and float(rows[2]["speed_ratio"]) == 1.0
 
 
+@pytest.mark.slow  # main() logs the table to wandb: git, the wandb-core service
 def test_cli_terminal_and_save(sweep, capsys):
     assert main([str(sweep), "--save"]) == 0
     out = capsys.readouterr().out
@@ -529,3 +532,58 @@ def test_readme_documents_the_csv_columns():
     assert names == list(CSV_COLUMNS) + [c for group in OPTIONAL_CSV_COLUMNS.values() for c in group]
     # a sweep whose records have none of the optional keys has exactly the always-present columns
     assert names[:len(CSV_COLUMNS)] == [c for c in csv_columns(build_table(qkv_records())) if "@" not in c]
+
+
+# --- the stages of build_table, one at a time ---------------------------------------------------
+
+def lr_run(num, variant, lr, seed):
+    rec = record(num, [f"qkv_sharing={variant}", f"seed={seed}", f"optim.lr={lr}"])
+    rec["metrics"]["lr"] = lr
+    return rec
+
+
+def test_final_runs_are_each_variants_at_its_chosen_lr_or_else_at_the_default():
+    from ablate.report.tuned import final_runs
+    from ablate.sweep import Tuning
+    recs = [lr_run(0, "independent", 1e-3, 0), lr_run(1, "independent", 3e-3, 0), lr_run(2, "independent", 3e-3, 1),
+            lr_run(3, "qk_shared", 1e-3, 0), lr_run(4, "qk_shared", 3e-3, 0)]
+    tune = Tuning(lr=[1e-3, 3e-3], default_lr=3e-3, seeds=[0], chosen={"qkv_sharing=independent": 1e-3})
+    final, at_default = final_runs(recs, {"qkv_sharing"}, tune)
+    # qk_shared is not tuned yet: its default-lr run; at the default lr only the tuning seed counts
+    assert [r["job"]["num"] for r in final] == [0, 4]
+    assert [r["job"]["num"] for r in at_default] == [1, 4]
+    assert final_runs(recs, {"qkv_sharing"}, None) == (recs, [])  # untuned: every record
+    with pytest.raises(ValueError, match="no records at the chosen"):
+        final_runs(recs, {"qkv_sharing"}, Tuning(lr=tune.lr, default_lr=3e-3, seeds=[0],
+                                                 chosen={"qkv_sharing=independent": 1e-2, "qkv_sharing=qk_shared": 1e-2}))
+
+
+def test_lengths_put_the_training_length_first_unless_runs_trained_at_several():
+    from ablate.report.table import _lengths
+    one = [record(0, ["pos_enc=rope"], evals={8: 0.5, 16: 0.9, 32: 0.3}, seq_len=16)]
+    assert _lengths(one) == ([16, 8, 32], 16, None)
+    several = one + [record(1, ["pos_enc=alibi"], evals={16: 0.6, 32: 0.8}, seq_len=32)]
+    assert _lengths(several) == ([8, 16, 32], None, [8, 16, 32])  # beyond: other than each run's own
+
+
+def test_speeds_come_from_a_bench_that_names_the_variants():
+    from ablate.report.caption import RECORDS_SPEED_NOTE, bench_speed_note
+    from ablate.report.table import _speeds, _variant_rows
+    swept = {"qkv_sharing"}
+    flat = _variant_rows(qkv_records(), swept, {}, [])
+    own = [r.tokens_per_s for r in flat]
+    assert _speeds(None, swept, flat) == ("records", RECORDS_SPEED_NOTE, None)
+    with pytest.warns(UserWarning, match="names none of this sweep's variants"):
+        assert _speeds({"variants": {"qkv_sharing=other": 1.0}}, swept, flat) == ("records", RECORDS_SPEED_NOTE, None)
+    assert [r.tokens_per_s for r in flat] == own
+    assert _speeds(bench_json(rounds=5), swept, flat) == ("bench", bench_speed_note(5), 5)
+    assert [r.tokens_per_s for r in flat] == [2000.0, 2200.0, 3000.0]
+    assert bench_speed_note(None).endswith("median over rounds, ratio to baseline")
+
+
+def test_correction_runs_over_the_rows_shown_only():
+    from ablate.report.table import _correct
+    t = build_table(qkv_records())
+    base, qk, qkv = t.rows
+    assert _correct([base, qk], None) == 1 and qk.p_corrected == qk.p_value  # one comparison: p itself
+    assert _correct(t.rows, None) == 2 and qk.p_corrected >= qk.p_value

@@ -40,6 +40,9 @@ tagging
     tokens in sorted order (dev tokens unseen in training become UNK). Label vocabulary: the
     distinct training target tokens in sorted order. Every real position is labelled; padding
     positions get ``-100``. Blank lines are skipped.
+
+Why one module over ~450 lines: its tasks share one reader of local files (formats, encodings, the
+errors that name file and line); split per task, each would import the other's half of it.
 """
 
 from __future__ import annotations

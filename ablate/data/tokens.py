@@ -38,6 +38,10 @@ tokenizer (its settings and the ``tokenizers`` version, or the SHA-256 of a ``to
 and, for ``bpe`` and ``tokenizer.json``, the byte where the test part starts. An entry is built
 in a temporary directory beside it and renamed into place, under the lock: parallel jobs of a
 sweep wait for the first and then map its files; an entry, once there, never changes.
+
+Why one module over ~450 lines: the tokenizers and the token-file cache are one pipeline (train,
+encode, cache, map) whose pieces share the cache's keys and the pre-tokenizer; split, each half
+would reach into the other's internals.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ once-per-forward hooks (``embed``, ``bias``) and ``layer_flops(seq_len, batch_si
 per-layer ones (``rotate``, ``score_bias``), per token; a subclass that overrides a hook without
 its count is measured on the meta device instead. ``check`` verifies the contract before training, on the meta device.
 Tensors derived from the sequence length only are cached per (length, device, dtype).
+
+Why one module over ~450 lines: one concern per file (nanoGPT-style), and this concern has nine
+variants; each is a short class with its paper's equation, and they share the ``Position`` contract and ``check``.
 """
 
 from __future__ import annotations

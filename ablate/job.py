@@ -1,0 +1,224 @@
+"""Where a job runs: its identity in its sweep and its share of the machine.
+
+A :class:`Job` is built from Hydra's runtime config (:meth:`Job.from_hydra`): its directory,
+overrides and group choices; its sweep and the sweep's plan (``sweep.json``, read once here); the
+launcher that started it and, from that, how many of the sweep's jobs share its cores, its torch
+threads and, under submitit's local executor, the machine's job slot it holds while it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import CONFIG_GROUPS
+from ablate.sweep import SweepPlan, job_variant, override_key
+
+#: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
+LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
+             ("submitit_launcher.LocalLauncher", "submitit_local"), ("SlurmLauncher", "submitit_slurm"))
+
+
+def launcher_kind(target: str) -> str:
+    """The launcher a ``hydra.launcher._target_`` names: ``basic``, ``joblib``, ``submitit_local``,
+    ``submitit_slurm``, or another launcher's class name."""
+    return next((kind for suffix, kind in LAUNCHERS if target.endswith(suffix)),
+                target.rsplit(".", 1)[-1] or "unknown")
+
+
+def sweeper_kind(target: str) -> str:
+    """The sweeper a ``hydra.sweeper._target_`` names: ``ablate`` (ablate's own, which plans
+    designs, budgets and tuning), ``basic`` (Hydra's), or another sweeper's class name."""
+    name = target.rsplit(".", 1)[-1]
+    return {"AblateSweeper": "ablate", "BasicSweeper": "basic"}.get(name, name or "unknown")
+
+
+def ablate_sweeper_settings(cfg: DictConfig) -> list[str]:
+    """The settings of ``cfg`` that only ablate's sweeper can honour, as ``key=value``: rows
+    generated from a design, steps matched to a budget, a learning rate tuned per variant. Another
+    sweeper would launch each job as if they were not there."""
+    found = []
+    if OmegaConf.select(cfg, "experiment.design") is not None:
+        found.append("experiment.design")
+    match = OmegaConf.select(cfg, "budget.match", default="steps")
+    if match != "steps":
+        found.append(f"budget.match={match}")
+    if OmegaConf.select(cfg, "tune.lr"):
+        found.append(f"tune.lr={list(OmegaConf.select(cfg, 'tune.lr'))}")
+    return found
+
+
+def sweeper_refusal(cfg: DictConfig, sweeper: str) -> str | None:
+    """Why a sweep under ``sweeper`` (not ablate's) cannot run ``cfg``, or None when it can."""
+    found = ablate_sweeper_settings(cfg)
+    if not found:
+        return None
+    return (f"{', '.join(found)}: only ablate's sweeper can run this (it plans design rows, budgets and "
+            f"tuning stages before launching); drop hydra/sweeper={sweeper} to use it (hydra/sweeper=ablate, "
+            "the default), or remove these settings")
+
+
+def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
+    """The wandb group: one per sweep (stable when the sweep is relaunched into its directory)."""
+    name = cfg.experiment.name or "sweep"
+    if sweep_dir is None:
+        return name if cfg.experiment.name else "single-runs"
+    return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+class Job:
+    """What a job needs to know about where it runs; built from Hydra's runtime config."""
+
+    def __init__(self, job_dir: Path, overrides: list[str], choices: dict[str, str],
+                 sweep_dir: str | None, num: int | None, parallel_jobs: int | None = 1,
+                 torch_threads: int | None = None, launcher: str | None = None,
+                 sweep: SweepPlan | None = None, sweeper: str | None = None) -> None:
+        self.dir, self.overrides, self.choices = job_dir, overrides, choices
+        self.sweep_dir, self.num = sweep_dir, num
+        self.sweep = sweep                  # the sweep's plan (sweep.json; None: a single run, or none written)
+        self.sweeper = sweeper              # ablate | basic | another sweeper's name (None: a single run)
+        self.parallel_jobs = parallel_jobs  # jobs of this sweep that may run at once on this job's cores (None: unknown)
+        self.torch_threads = torch_threads  # this job's share of the cores (None: torch's default)
+        self.launcher = launcher            # basic | joblib | submitit_local | submitit_slurm | ... (None: single run)
+        self.cores = cpu_cores()
+        self.started_at, self.slot_wait_s = time.time(), 0.0
+        self.process_started_at = process_start_time()
+        self._slot: Any = None              # the lock file of the machine's job slot this job holds
+
+    @classmethod
+    def from_hydra(cls) -> "Job":
+        """The job Hydra is running. In a multirun its torch threads follow its share of the cores:
+        joblib's ``n_jobs`` processes share the machine; a submitit job gets ``cpus_per_task``
+        (``SLURM_CPUS_PER_TASK`` under SLURM); submitit's local executor starts every job at once,
+        so a local job first waits for one of the machine's ``cores // cpus_per_task`` job slots."""
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        multirun = hc.mode == RunMode.MULTIRUN
+        choices = {g: hc.runtime.choices.get(g) for g in CONFIG_GROUPS if g in hc.runtime.choices}
+        launcher, parallel, threads, slots, sweep = None, 1, None, 0, None
+        if multirun:
+            sweep = SweepPlan.read(hc.sweep.dir)
+            launcher, parallel, threads, slots = cls._cpu_share(hc.launcher, len(sweep.jobs) if sweep else None)
+        job = cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
+                  hc.sweep.dir if multirun else None, hc.job.num if multirun else None, parallel, threads, launcher,
+                  sweep, sweeper_kind(str(hc.sweeper.get("_target_", ""))) if multirun else None)
+        if slots:
+            job._hold_slot(slots)
+        return job
+
+    @staticmethod
+    def _cpu_share(launcher: Any, n_jobs_swept: int | None) -> tuple[str, int | None, int | None, int]:
+        """``(launcher, parallel jobs, torch threads, job slots)`` of a multirun job: its launcher's
+        name, how many of the sweep's jobs may run at once on its cores, its torch threads (None:
+        torch's default) and how many job slots the machine has for it to wait for (0: no waiting)."""
+        kind = launcher_kind(str(launcher.get("_target_", "")))
+        cores = cpu_cores()
+        n_jobs_swept = n_jobs_swept or cores * 1024  # unknown (no sweep.json): no cap
+
+        if kind == "joblib":
+            n_jobs = int(launcher.get("n_jobs") or 1)
+            parallel = min(n_jobs_swept, max(1, cores + 1 + n_jobs) if n_jobs < 0 else n_jobs)  # joblib's rule
+            return kind, parallel, max(1, cores // parallel) if parallel > 1 else None, 0
+        if kind == "submitit_local":
+            cpus = launcher.get("cpus_per_task")
+            if cpus:  # the user's share per job: cores // cpus_per_task jobs at once
+                threads = min(int(cpus), cores)
+                slots = max(1, cores // threads)
+                return kind, min(slots, n_jobs_swept), threads, slots
+            parallel = min(cores, n_jobs_swept)  # default: one core per job, the jobs' share if fewer
+            return kind, parallel, max(1, cores // parallel), cores
+        if kind == "submitit_slurm":  # SLURM allocates each job its own cpus_per_task cores
+            cpus = os.environ.get("SLURM_CPUS_PER_TASK") or launcher.get("cpus_per_task")
+            return kind, 1, int(cpus) if cpus else None, 0
+        if kind == "basic":  # one job after the other, in this process
+            return kind, 1, None, 0
+        return kind, None, None, 0
+
+    def _hold_slot(self, slots: int, poll_s: float = 0.2) -> None:
+        """Wait until one of the sweep's ``slots`` job slots on this machine is free, then hold it
+        until this job ends (an ``flock`` on ``<sweep>/.submitit/slots/<i>.lock``, released when
+        the process exits however it ends)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows, where submitit does not run either)
+            return
+        folder = Path(str(self.sweep_dir)) / ".submitit" / "slots"
+        folder.mkdir(parents=True, exist_ok=True)
+        waiting = time.monotonic()
+        while True:
+            for i in range(slots):
+                lock = open(folder / f"{i}.lock", "a")  # noqa: SIM115 - held open while the job runs
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    lock.close()
+                    continue
+                self._slot, self.slot_wait_s, self.started_at = lock, time.monotonic() - waiting, time.time()
+                return
+            time.sleep(poll_s)
+
+    def release_slot(self) -> None:
+        """Give this job's slot back (the process's exit would, but only after the interpreter's
+        teardown: about a second with torch and Lightning loaded)."""
+        if self._slot is not None:
+            self._slot.close()  # closing the file releases its flock
+            self._slot = None
+
+    def record_fields(self) -> dict[str, Any]:
+        """The record's ``job`` entry: where and how this job ran."""
+        return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
+                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3),
+                "process_started_at": self.process_started_at, "slurm": slurm_fields()}
+
+    @property
+    def name(self) -> str:
+        return ",".join(o for o in self.overrides if override_key(o) != "experiment") or "defaults"
+
+    @functools.cached_property
+    def variant(self) -> str:
+        """This job's variant (``ablate.sweep``), e.g. ``qkv_sharing=qk_shared``: the name its table
+        row and its ``bench.json`` entry have too. The swept keys come from the sweep's plan; a
+        single run's variant (or a job of a sweep without one) is all its overrides but the seed
+        and experiment."""
+        return job_variant(self.overrides, self.sweep.swept if self.sweep else None) or "defaults"
+
+
+def process_start_time() -> float | None:
+    """When this process started (seconds since the epoch; None where the OS does not say): a
+    job's ``started_at`` minus this is its start-up (interpreter, imports, Hydra) in a process of
+    its own (submitit, SLURM), and includes the earlier jobs where a process runs several."""
+    try:
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        booted = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                      if line.startswith("btime "))
+        return booted + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):  # not Linux
+        return None
+
+
+def slurm_fields() -> dict[str, Any] | None:
+    """The SLURM job this process runs in (None outside SLURM): ids, node, CPUs, partition, requeues."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {"job_id": env["SLURM_JOB_ID"], "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+            "array_task_id": env.get("SLURM_ARRAY_TASK_ID"), "node": env.get("SLURMD_NODENAME"),
+            "partition": env.get("SLURM_JOB_PARTITION"),
+            "cpus_per_task": int(env["SLURM_CPUS_PER_TASK"]) if "SLURM_CPUS_PER_TASK" in env else None,
+            "restart_count": int(env.get("SLURM_RESTART_COUNT", 0))}  # unset until the first requeue

@@ -1,0 +1,336 @@
+"""What a multirun runs, planned once: Hydra's basic sweep plus designs, budgets and tuning.
+
+Hydra's basic sweeper makes the cartesian product of the swept values and launches it as one
+batch. Three things a fair ablation needs do not fit a product launched at once:
+
+* ``experiment.design``: rows generated from a base (one change at a time, or leave one out), not a
+  product of values (:func:`ablate.sweep.design_rows`);
+* ``budget.match=tokens|flops``: each job's ``trainer.max_steps`` follows from its own and its
+  baseline's cost, so a cheaper variant trains for more steps (:meth:`Planner.budget`);
+* ``tune.lr=[...]``: the seeds may only start once each variant's learning rate has been chosen on
+  the validation split, i.e. after a first stage of runs (:func:`choose_lr`).
+
+:class:`Planner` turns a multirun's composed config into a :class:`ablate.sweep.SweepPlan` (the
+jobs, the budget, the tuning) and validates every job on the way; a sweep that cannot run raises
+:class:`SweepError`, whose message names every problem. Only ``hydra/sweeper=ablate``
+(``ablate.sweeper``) plans this way; under another sweeper that launches a plain product
+(``hydra/sweeper=basic``) the sweep-start callback runs the same planner with ``sweeper="basic"``,
+which refuses what only ablate's sweeper can honour and validates the rest. Each job is composed
+once, through the ``compose`` given (the launcher's own composition in a sweep; any function in
+tests), and cached.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.config import apply_smoke, config_problems
+from ablate.job import launcher_kind, sweeper_refusal
+from ablate.sweep import (Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
+                          job_variant, override_key, same_jobs, split_override_string, swept_keys)
+
+LR_KEY = "optim.lr"
+STEPS_KEY = "trainer.max_steps"
+
+#: a job's config (without the ``hydra`` node) from its overrides
+Compose = Callable[[list[str]], DictConfig]
+#: what one training step of a config costs: ``{max_steps, tokens_per_step, flops_per_token}``
+Cost = Callable[[DictConfig], dict[str, float]]
+
+
+class SweepError(Exception):
+    """A sweep that cannot run, found before anything trained; the message says why."""
+
+
+def launcher_compose(config: DictConfig) -> Compose:
+    """A job's config as the launcher will compose it (Hydra's ``load_sweep_config``), without its
+    ``hydra`` node, shrunk to a smoke test when ``smoke=true``: what the job itself will validate."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+
+    def compose(overrides: list[str]) -> DictConfig:
+        cfg = loader.load_sweep_config(config, list(overrides))
+        cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        apply_smoke(cfg)
+        return cfg
+
+    return compose
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as override text: short and exact (``0.001``, ``3e-05``)."""
+    return repr(float(lr))
+
+
+def _value(job: Iterable[str], key: str) -> str | None:
+    return next((o.split("=", 1)[1] for o in job if override_key(o) == key), None)
+
+
+class Planner:
+    """Plans the multirun of ``config`` (composed with its ``hydra`` node) once.
+
+    ``sweeper``: ``ablate`` plans designs, budgets and tuning; any other (``basic``) refuses them,
+    since that sweeper launches the plain product itself. ``arguments``: the command line's
+    overrides (default: ``hydra.overrides.task``). ``cost``: a budget's unit
+    (``ablate.train.job_cost``, the model on the meta device)."""
+
+    def __init__(self, config: DictConfig, compose: Compose, cost: Cost | None = None,
+                 sweeper: str = "ablate", arguments: list[str] | None = None) -> None:
+        self.config, self.sweeper = config, sweeper
+        self.arguments = list(config.hydra.overrides.task) if arguments is None else list(arguments)
+        self._compose, self._cost = compose, cost
+        self._configs: dict[tuple[str, ...], DictConfig] = {}
+        self._costs: dict[tuple[str, ...], dict[str, float]] = {}
+
+    def compose(self, job: list[str]) -> DictConfig:
+        """A job's config, composed once (a job given its budget's steps: its composition before,
+        with those steps)."""
+        key = job_signature(job)
+        if key not in self._configs:
+            steps = _value(job, STEPS_KEY)
+            unbudgeted = job_signature(o for o in job if override_key(o) != STEPS_KEY)
+            if steps is not None and unbudgeted in self._configs and unbudgeted != key:
+                cfg = self._configs[unbudgeted].copy()
+                OmegaConf.update(cfg, STEPS_KEY, int(steps), merge=False)
+                self._configs[key] = cfg
+            else:
+                self._configs[key] = self._compose(list(job))
+        return self._configs[key]
+
+    def cost(self, job: list[str]) -> dict[str, float]:
+        """What one step of a job costs (the same for every seed of it: costed once)."""
+        key = job_signature(_no_seed(job))
+        if key not in self._costs:
+            if self._cost is None:
+                from ablate.train import job_cost
+
+                self._cost = job_cost
+            self._costs[key] = self._cost(self.compose(job))
+        return self._costs[key]
+
+    # ------------------------------------------------------------------------------ the plan
+
+    def plan(self) -> SweepPlan:
+        """The sweep: every job validated, budgets set, tuning stages laid out. Raises SweepError."""
+        params = self.config.hydra.sweeper.get("params") or {}
+        try:
+            product = expand_sweep([f"{k}={v}" for k, v in params.items()] + self.arguments)
+        except Exception as error:  # noqa: BLE001 - Hydra's parser names the override
+            raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
+        refused = self._refused_settings()
+        if refused:
+            raise SweepError(f"this sweep cannot run under hydra/sweeper={self.sweeper}: {refused}. "
+                             "Nothing was trained.")
+        design = self._design()
+        try:
+            definition = self._design_jobs(product, design)
+            named = design_keys(design) if design else []
+            swept = named + [k for k in swept_keys(definition) if k != LR_KEY and k not in named]
+            tune = self._tuning(definition)
+        except ValueError as error:
+            raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
+        first = tuning_jobs(definition, swept, tune) if tune else definition
+        self._validate(definition + [job for job in first if job_signature(job) not in
+                                     {job_signature(j) for j in definition}])
+        match = str(OmegaConf.select(self.config, "budget.match", default="steps"))
+        budget = None
+        if match != "steps" and self.config.get("smoke") is not True:  # a smoke test: few steps
+            try:
+                definition, budget = self.budget(definition, swept, match)
+            except ValueError as error:
+                raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
+            first = tuning_jobs(definition, swept, tune) if tune else definition
+        return SweepPlan(swept=swept, jobs=first, definition=definition, budget=budget, tune=tune)
+
+    def _refused_settings(self) -> str | None:
+        if self.sweeper == "ablate":
+            return None
+        return sweeper_refusal(self.config, self.sweeper)
+
+    def _design(self) -> dict | None:
+        design = OmegaConf.select(self.config, "experiment.design")
+        return OmegaConf.to_container(design, resolve=True) if design else None
+
+    @staticmethod
+    def _design_jobs(jobs: list[list[str]], design: dict | None) -> list[list[str]]:
+        """Each job of the product once per row of ``experiment.design`` (rows first, so that in a
+        table of rows x seeds every row keeps its place)."""
+        if not design:
+            return jobs
+        rows = design_rows(design)
+        keys = {k for _, row in rows for k in row}
+        clash = sorted({override_key(o) for job in jobs for o in job} & keys)
+        if clash:
+            raise ValueError(f"{', '.join(clash)}: set by experiment.design's rows; the command line cannot also "
+                             "set or sweep it (remove it, or change the design)")
+        return [[f"{k}={v}" for k, v in row.items()] + job for _, row in rows for job in jobs]
+
+    def _tuning(self, definition: list[list[str]]) -> Tuning | None:
+        grid = [float(x) for x in (OmegaConf.select(self.config, "tune.lr", default=None) or [])]
+        if not grid:
+            return None
+        if any(override_key(o) == LR_KEY for job in definition for o in job):
+            raise ValueError(f"tune.lr chooses {LR_KEY} per variant; the command line cannot also set or sweep "
+                             f"{LR_KEY} (remove it, or drop tune.lr)")
+        default = float(self.config.optim.lr)
+        seeds = [int(_value(job, "seed")) for job in definition if _value(job, "seed") is not None]
+        return Tuning(lr=sorted(set(grid) | {default}), default_lr=default,
+                      seeds=[int(s) for s in self.config.tune.seeds], metric=str(self.config.tune.metric),
+                      final_seeds=sorted(set(seeds)) or [int(self.config.seed)])
+
+    # ------------------------------------------------------------------------------ validation
+
+    def job_problems(self, job: list[str]) -> list[str]:
+        """Every problem of one job's composed config (empty when it can run)."""
+        try:
+            cfg = self.compose(job)
+        except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job
+            return [str(error)]
+        problems = config_problems(cfg)
+        launcher = launcher_kind(str(self.config.hydra.launcher.get("_target_", "")))
+        if str(cfg.trainer.get("strategy", "auto")).startswith("ddp") and launcher != "submitit_slurm":
+            # Lightning starts DDP ranks by re-running the command line: in a local multirun every rank
+            # would re-launch the whole sweep. SLURM starts the ranks itself (one task per GPU).
+            problems.append(f"trainer.strategy={cfg.trainer.strategy} in a multirun needs "
+                            "hydra/launcher=submitit_slurm with hydra.launcher.tasks_per_node=<GPUs>; "
+                            "or run the job alone: ablate trainer=ddp ...")
+        if self.sweeper != "ablate":  # a sweep over budget.match or an experiment with a design
+            refusal = sweeper_refusal(cfg, self.sweeper)
+            if refusal:
+                problems.append(refusal)
+        return problems
+
+    def _validate(self, jobs: list[list[str]]) -> None:
+        bad = {" ".join(job) or "(defaults)": problems for job in jobs if (problems := self.job_problems(job))}
+        if bad:
+            lines = [f"{len(bad)} job(s) of this sweep have an invalid config; nothing was trained:"]
+            for job, problems in bad.items():
+                lines += [f"  {job}:"] + [f"    - {p}" for p in problems]
+            raise SweepError("\n".join(lines))
+
+    # ------------------------------------------------------------------------------ budgets
+
+    def budget(self, definition: list[list[str]], swept: list[str], match: str) -> tuple[list[list[str]], Budget]:
+        """Each job with ``trainer.max_steps`` set so that it trains on as many tokens (``match=tokens``)
+        or training FLOPs (``match=flops``) as its baseline does in the baseline's ``trainer.max_steps``
+        (rounded to the nearest step, so within half a step's worth). The baseline of a job is the job
+        with the baseline's values (``experiment.baseline``, else the first variant) in place of its
+        own: in a sweep over task x variant, the baseline variant on the same task."""
+        if STEPS_KEY in swept:
+            raise ValueError(f"budget.match={match} sets {STEPS_KEY} per job; it cannot also be swept "
+                             f"(sweep it with budget.match=steps)")
+        spec = OmegaConf.select(self.config, "experiment.baseline", default=None)
+        base_values = split_override_string(str(spec)) if spec and "=" in str(spec) else {}
+        if not base_values:
+            base_values = {k: v for k, v in split_override_string(" ".join(definition[0])).items() if k in swept}
+        jobs, budget = [], Budget(match=match)
+        for job in definition:
+            base_job = [o for o in job if override_key(o) not in base_values]
+            base_job += [f"{k}={v}" for k, v in base_values.items()]
+            own, base = self.cost(job), self.cost(base_job)
+            base_total = base["max_steps"] * base["tokens_per_step"] * (base["flops_per_token"] if match == "flops" else 1)
+            per_step = own["tokens_per_step"] * (own["flops_per_token"] if match == "flops" else 1)
+            steps = max(1, round(base_total / per_step))
+            jobs.append([o for o in job if override_key(o) != STEPS_KEY] + [f"{STEPS_KEY}={steps}"])
+            variant = job_variant(job, swept)
+            budget.steps[variant] = steps
+            budget.baseline_of[variant] = job_variant(base_job, swept)
+        return jobs, budget
+
+    # ------------------------------------------------------------------------------ the directory
+
+    def check_directory(self, sweep_dir: str | Path, plan: SweepPlan, redefine: bool = False) -> None:
+        """A sweep directory belongs to one sweep definition: relaunching the same command resumes
+        it; another set of jobs there is refused (SweepError) unless ``redefine``."""
+        note = directory_conflict(sweep_dir, plan)
+        if note and not redefine:
+            previous = SweepPlan.read(sweep_dir)
+            assert previous is not None
+            raise SweepError(
+                f"{sweep_dir} holds another sweep ({len(previous.definition)} jobs, e.g. "
+                f"{' '.join(previous.definition[0]) or '(defaults)'}); this command defines "
+                f"{len(plan.definition)} other jobs (e.g. {' '.join(plan.definition[0]) or '(defaults)'}). "
+                "Nothing was trained.\n  Relaunch the same overrides to resume that sweep, pick another "
+                "hydra.sweep.dir, or add --redefine to run this definition there (its table then uses only "
+                "its own jobs" + ("" if self.sweeper == "ablate" else "; --redefine needs hydra/sweeper=ablate")
+                + ").")
+
+
+def directory_conflict(sweep_dir: str | Path, plan: SweepPlan) -> str | None:
+    """A note when ``sweep_dir`` holds a sweep of another definition (launching there would be
+    refused without ``--redefine``); None when it holds none or the same one."""
+    previous = SweepPlan.read(sweep_dir)
+    if previous is None or same_jobs(previous.definition, plan.definition):
+        return None
+    return (f"{sweep_dir} holds another sweep ({len(previous.definition)} jobs): launching this one there would "
+            "be refused; add --redefine, or pick another hydra.sweep.dir")
+
+
+def _no_seed(job: list[str]) -> list[str]:
+    """A job's cost does not depend on its seed: one composition serves every seed."""
+    return [o for o in job if override_key(o) != "seed"]
+
+
+# ---------------------------------------------------------------------------------- tuning stages
+
+def tuning_jobs(definition: list[list[str]], swept: list[str], tune: Tuning) -> list[list[str]]:
+    """One job per variant x learning rate x tuning seed: the variant's first job with the seed
+    and the learning rate set (its other settings, e.g. a budget's steps, kept)."""
+    first_of: dict[str, list[str]] = {}
+    for job in definition:
+        first_of.setdefault(job_variant(job, swept), _no_seed(job))
+    return [job + [f"seed={seed}", f"{LR_KEY}={lr_text(lr)}"]
+            for job in first_of.values() for lr in tune.lr for seed in tune.seeds]
+
+
+def final_jobs(plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
+    """The definition's jobs at each variant's chosen learning rate (a tuned sweep's second stage)."""
+    return [job + [f"{LR_KEY}={lr_text(chosen[plan.variant(job)])}"] for job in plan.definition]
+
+
+def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:
+    """Each variant's learning rate, chosen on the validation split of its tuning runs.
+
+    The score of a learning rate is the mean over the tuning seeds of the validation loss (or of
+    minus the validation accuracy, ``tune.metric=accuracy``); a run that diverged or failed scores
+    +inf. The lowest finite score wins; on a tie, the smaller learning rate. A variant whose every
+    run failed keeps the shared default. Returns ``(chosen, scores)``: the scores per variant and lr
+    (``lr_text``) as the metric itself, None where no run finished."""
+    tune = plan.tune
+    if tune is None:
+        raise ValueError("choose_lr: this sweep tunes no learning rate (tune.lr is empty)")
+    sign = 1.0 if tune.metric == "loss" else -1.0
+    outcome: dict[tuple[str, ...], float] = {}
+    for record in records:
+        value = ((record.get("metrics") or {}).get("val") or {}).get(tune.metric)
+        ok = record.get("status") == "ok" and isinstance(value, (int, float)) and math.isfinite(value)
+        outcome[job_signature(record.get("overrides"))] = sign * value if ok else math.inf
+    runs: dict[str, dict[float, list[float]]] = {}
+    for job in tuning_jobs(plan.definition, plan.swept, tune):
+        per_lr = runs.setdefault(plan.variant(job), {}).setdefault(float(_value(job, LR_KEY)), [])
+        if job_signature(job) in outcome:
+            per_lr.append(outcome[job_signature(job)])
+    chosen: dict[str, float] = {}
+    scores: dict[str, dict[str, float | None]] = {}
+    for variant, per_lr in runs.items():
+        means = {lr: sum(v) / len(v) for lr, v in per_lr.items() if v}
+        finite = {lr: m for lr, m in means.items() if math.isfinite(m)}
+        scores[variant] = {lr_text(lr): sign * finite[lr] if lr in finite else None for lr in per_lr}
+        chosen[variant] = min(finite, key=lambda lr: (finite[lr], lr)) if finite else tune.default_lr
+    return chosen, scores
+
+
+def variant_configs(planner: Planner, plan: SweepPlan, jobs: list[list[str]] | None = None) -> dict[str, DictConfig]:
+    """One config per variant of ``jobs`` (default: the definition), the first job of each as
+    composed: what ``--plan`` and ``ablate-bench`` time."""
+    configs: dict[str, DictConfig] = {}
+    for job in plan.definition if jobs is None else jobs:
+        key = plan.variant(job)
+        if key not in configs:
+            configs[key] = planner.compose(job)
+    return configs

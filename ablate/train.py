@@ -1,0 +1,162 @@
+"""Training one config: build its data, model and Lightning module; fit; evaluate; measure.
+
+:func:`build` is the one place a job's pieces are made (``ablate-bench`` and ``--plan``'s timing
+use it too); :func:`job_cost` is a budget's unit, costed on the meta device; :func:`train` fills a
+job's metrics as it goes, so a run that diverges or fails keeps what was known by then.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.job import Job
+
+
+def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:
+    if cfg.logger.name == "csv":
+        from pytorch_lightning.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(job.dir), name="", version="")
+    if run is not None:
+        from pytorch_lightning.loggers import WandbLogger
+
+        return WandbLogger(experiment=run)
+    return False
+
+
+def quiet_lightning() -> None:
+    """Keep a run's terminal to its progress bar and final metrics: Lightning's banner lines and
+    warnings that do not apply here (we validate after fit, on purpose) go."""
+    import logging
+    import warnings
+
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
+    for message in (".*no `val_dataloader`.*", ".*LeafSpec.*", ".*does not have many workers.*",
+                    ".*litlogger.*", ".*IterableDataset.*has `__len__`.*", ".*`srun` command is available.*",
+                    ".*all_gather is deprecated.*", ".*when logging on epoch level in distributed.*"):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
+    """Data, model and Lightning module for ``cfg``: the one place a job's pieces are made."""
+    from ablate.data import AblateDataModule
+    from ablate.lit import AblateModule
+    from ablate.model.transformer import build_model
+
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    data = AblateDataModule(cfg.task, seed=cfg.seed)
+    data.setup("fit")
+    model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
+    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes)
+    return data, model, module
+
+
+def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | None = None,
+                 root_dir: str | Path | None = None) -> pl.Trainer:
+    return pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=logger,
+                      callbacks=callbacks or [], default_root_dir=str(root_dir) if root_dir else None)
+
+
+def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
+    """Training FLOPs per input token of ``model`` at ``seq_len`` in batches of ``batch_size``
+    sequences (docs/measurements.md, "FLOPs")."""
+    return float(model.flops_per_token(seq_len, batch_size))
+
+
+def job_cost(cfg: DictConfig) -> dict[str, float]:
+    """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
+    on the meta device): ``{max_steps, tokens_per_step, flops_per_token}``. A budget's unit."""
+    from ablate.data import build_task
+    from ablate.model.transformer import assemble
+
+    task = build_task(cfg.task)
+    with torch.device("meta"):
+        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
+    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len,
+            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size)}
+
+
+def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpointer: Any = None,
+          resume: dict[str, Any] | None = None) -> None:
+    """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
+    split); evaluate on the test split at every length; measure.
+
+    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
+    from ablate.lit import LearningCurve, curve_steps, make_optimizer, masked_loss
+    from ablate.measure import SpeedMeter, measure_training_memory
+
+    clock = time.perf_counter()
+    time_s = metrics.setdefault("time_s", {})  # where the job's time went (docs/internals.md)
+    quiet_lightning()
+    if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
+        torch.set_num_threads(job.torch_threads)
+    data, model, module = build(cfg)
+    resumed_step = int(resume["step"]) if resume else 0
+    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    train_loader = data.train_dataloader(skip=resumed_step * accumulate)
+    fpt = flops_per_token(model, data.seq_len, data.batch_size)
+    metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
+                   torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
+    speed = SpeedMeter(cfg.measure.warmup_steps)
+    curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
+                          curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every)), data.tokens_per_batch, fpt)
+    metrics["history"] = curve.history
+    if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
+        run.define_metric("trainer/global_step")
+        run.define_metric("val/*", step_metric="trainer/global_step")
+    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else [])
+    trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
+    cuda = trainer.strategy.root_device.type == "cuda"
+    if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure
+        started = time.perf_counter()
+        batch = next(iter(train_loader))
+        memory = measure_training_memory(model, lambda p: make_optimizer(p, cfg.optim), batch,
+                                         lambda m, b: masked_loss(m(b[0]), b[1]))
+        metrics.update(memory=memory, peak_memory_bytes=memory["peak"], memory_source="cpu-accounting")
+        time_s["memory"] = time.perf_counter() - started
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    if resume:
+        metrics["resumed_from_step"] = resumed_step
+    time_s["setup"] = time.perf_counter() - clock - time_s.get("memory", 0.0)
+    started = time.perf_counter()
+    trainer.fit(module, train_dataloaders=train_loader, ckpt_path=str(checkpointer.path) if resume else None)
+    time_s.update(fit=time.perf_counter() - started, steps=sum(speed.step_times))
+    if cuda:
+        metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
+    tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size
+    metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
+    if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
+        from ablate.measure import peak_flops
+
+        device = torch.cuda.get_device_name(trainer.strategy.root_device)
+        peak = peak_flops(device, str(cfg.trainer.precision), cfg.measure.get("peak_flops"))
+        metrics.update(device=device, peak_flops=peak,
+                       mfu=metrics["tokens_per_s"] * fpt / peak if peak else None)
+    if curve.history:
+        early = min(curve.history, key=lambda p: abs(p["step"] - 0.25 * trainer.global_step))
+        last = curve.history[-1]
+        metrics.update(val={"loss": last["loss"], "accuracy": last["accuracy"]},
+                       early_loss=early["loss"], final_loss=last["loss"])
+
+    module.eval_split = "test"
+    started = time.perf_counter()
+    trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
+    time_s["test"] = time.perf_counter() - started
+    evals = module.eval_results()
+    metrics["eval"] = evals
+    first = evals[str(data.val_lengths[0])]
+    metrics["accuracy"], metrics["loss"] = first["accuracy"], first["loss"]
+    bytes_per_token = getattr(data.task, "bytes_per_token", None)  # text tasks: to compare tokenizers
+    if bytes_per_token:
+        metrics.update(bytes_per_token=bytes_per_token,
+                       bits_per_byte=first["loss"] / math.log(2) / bytes_per_token)
+    for length, e in evals.items():
+        metrics[f"accuracy@{length}"], metrics[f"loss@{length}"] = e["accuracy"], e["loss"]

@@ -1,0 +1,311 @@
+"""The planner in process: designs, budgets, tuning stages, validation, the directory check, ``--plan``
+as data, and ``ablate-bench``'s variants. No subprocess: the sweep's config is composed with
+Hydra's compose API, and each job by a fake ``compose`` that applies its overrides to that config
+(group choices from their YAML), so the planner's logic is tested apart from Hydra's launchers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from ablate.paths import CONF_DIR
+from ablate.planner import Planner, SweepError, choose_lr, final_jobs, tuning_jobs
+from ablate.preview import preview, render
+from ablate.resolvers import register_resolvers
+from ablate.results import write_record
+from ablate.sweep import Budget, SweepPlan, Tuning, override_key
+
+TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
+        "trainer.max_steps=6", "logger=none"]
+
+
+def _fixed(arguments: list[str]) -> list[str]:
+    """The overrides that set one value (what the sweep's own config is composed with)."""
+    return [a for a in arguments if not ("," in a.split("=", 1)[1] and not a.split("=", 1)[1].startswith("["))]
+
+
+def sweep_config(arguments: list[str], experiment: str | None = None) -> DictConfig:
+    """A multirun's composed config (with its ``hydra`` node), as Hydra gives it to the sweeper."""
+    register_resolvers()
+    fixed = _fixed(arguments) + ([f"experiment={experiment}"] if experiment else [])
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=fixed, return_hydra_config=True)
+
+
+class FakeCompose:
+    """A job's config: the sweep's config (composed with the fixed overrides) with the job's other
+    overrides applied (a group choice loads that option's YAML); counts its calls."""
+
+    def __init__(self, base: DictConfig, fixed: list[str]) -> None:
+        self.base = OmegaConf.masked_copy(base, [k for k in base if k != "hydra"])
+        self.fixed = set(fixed)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, overrides: list[str]) -> DictConfig:
+        self.calls.append(list(overrides))
+        cfg = self.base.copy()
+        for override in overrides:
+            key, value = override_key(override), override.split("=", 1)[1]
+            if key == "experiment" or override in self.fixed:
+                continue
+            if "." not in key and (CONF_DIR / key / f"{value}.yaml").is_file():
+                cfg[key] = OmegaConf.load(CONF_DIR / key / f"{value}.yaml")
+            else:
+                OmegaConf.update(cfg, key, _parse(value), merge=False)
+        return cfg
+
+
+def _parse(value: str):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(f"k={value}").value()
+
+
+def planner(arguments: list[str], experiment: str | None = None, cost=None, sweeper: str = "ablate") -> Planner:
+    config = sweep_config(arguments, experiment)
+    args = arguments + ([f"experiment={experiment}"] if experiment else [])
+    return Planner(config, FakeCompose(config, _fixed(args)), cost=cost, sweeper=sweeper, arguments=args)
+
+
+def _value(job: list[str], key: str) -> str | None:
+    return next((o.split("=", 1)[1] for o in job if override_key(o) == key), None)
+
+
+# ---------------------------------------------------------------------------------- the product
+
+def test_a_plain_sweep_is_the_product_validated_once_per_job() -> None:
+    p = planner(["qkv_sharing=independent,qk_shared", "seed=0,1", *TINY])
+    plan = p.plan()
+    assert len(plan.definition) == 4 and plan.jobs == plan.definition
+    assert plan.swept == ["qkv_sharing", "seed"] and plan.budget is None and plan.tune is None
+    assert {plan.variant(job) for job in plan.jobs} == {"qkv_sharing=independent", "qkv_sharing=qk_shared"}
+    assert len(p._compose.calls) == 4, "each job composed once"
+
+
+def test_an_experiments_params_sweep_with_the_command_line() -> None:
+    plan = planner([*TINY], experiment="qkv_sharing").plan()
+    assert len(plan.jobs) == 9 and plan.swept == ["qkv_sharing", "seed"]
+
+
+def test_an_invalid_job_names_itself_and_its_problem() -> None:
+    with pytest.raises(SweepError) as error:
+        planner(["model.dropout=0.1,2.0", *TINY]).plan()
+    message = str(error.value)
+    assert "1 job(s) of this sweep have an invalid config; nothing was trained" in message
+    assert "model.dropout=2.0" in message and "model.dropout=0.1" not in message.split("\n", 1)[1]
+
+
+def test_ddp_in_a_local_multirun_is_refused() -> None:
+    with pytest.raises(SweepError, match="submitit_slurm"):
+        planner(["seed=0,1", *TINY, "trainer=ddp"]).plan()
+
+
+# ---------------------------------------------------------------------------------- designs
+
+def test_design_rows_times_the_seeds_named_by_the_keys_that_differ() -> None:
+    plan = planner([*TINY], experiment="norm").plan()
+    assert len(plan.definition) == 4 * 3  # 4 rows x 3 seeds, rows first
+    assert plan.swept[:2] == ["norm", "init"] and "seed" in plan.swept
+    variants = list(dict.fromkeys(plan.variant(job) for job in plan.definition))
+    # init is a design key (one row sets it) though only that row's overrides name it
+    assert variants == ["norm=layernorm", "norm=rmsnorm", "norm=scalenorm", "init=deepnet,norm=deepnorm"]
+
+
+def test_a_design_key_also_on_the_command_line_is_refused() -> None:
+    with pytest.raises(SweepError, match="norm: set by experiment.design"):
+        planner(["norm=rmsnorm", *TINY], experiment="norm").plan()
+
+
+@pytest.mark.parametrize("arguments,experiment,named", [
+    ([], "norm", "experiment.design"),
+    (["budget.match=flops"], None, "budget.match=flops"),
+    (["tune.lr=[0.001]"], None, "tune.lr=[0.001]"),
+])
+def test_another_sweeper_refuses_what_only_ablates_can_honour(arguments, experiment, named) -> None:
+    with pytest.raises(SweepError) as error:
+        planner(["seed=0,1", *TINY, *arguments], experiment=experiment, sweeper="basic").plan()
+    assert named in str(error.value) and "hydra/sweeper=ablate" in str(error.value)
+
+
+def test_another_sweeper_refuses_a_swept_budget_by_job() -> None:
+    with pytest.raises(SweepError, match="budget.match=tokens"):
+        planner(["budget.match=steps,tokens", *TINY], sweeper="basic").plan()
+
+
+# ---------------------------------------------------------------------------------- budgets
+
+def fake_cost(cfg: DictConfig) -> dict[str, float]:
+    """Known costs: a Q=K=V model's step is half an independent one's FLOPs."""
+    flops = {"independent": 2000.0, "qkv_shared": 1000.0, "qk_shared": 1500.0}[cfg.qkv_sharing.name]
+    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": cfg.task.batch_size * cfg.task.seq_len,
+            "flops_per_token": flops}
+
+
+def test_a_flops_budget_gives_each_variant_its_baselines_flops() -> None:
+    p = planner(["qkv_sharing=independent,qkv_shared,qk_shared", "seed=0,1", "budget.match=flops", *TINY],
+                cost=fake_cost)
+    plan = p.plan()
+    steps = {plan.variant(job): int(_value(job, "trainer.max_steps")) for job in plan.definition}
+    assert steps == {"qkv_sharing=independent": 6, "qkv_sharing=qkv_shared": 12, "qkv_sharing=qk_shared": 8}
+    assert plan.budget == Budget(match="flops", steps=steps,
+                                 baseline_of={v: "qkv_sharing=independent" for v in steps})
+    assert "trainer.max_steps" not in plan.swept
+    assert all(int(p.compose(job).trainer.max_steps) == steps[plan.variant(job)] for job in plan.jobs)
+
+
+def test_a_budget_baseline_is_the_named_one_per_value_of_the_other_keys() -> None:
+    p = planner(["qkv_sharing=independent,qkv_shared", "task.seq_len=32,64", "budget.match=tokens", *TINY,
+                 "experiment.baseline='qkv_sharing=qkv_shared'"], cost=fake_cost)
+    plan = p.plan()
+    assert plan.budget.baseline_of["qkv_sharing=independent,task.seq_len=64"] == "qkv_sharing=qkv_shared,task.seq_len=64"
+    steps = {plan.variant(job): int(_value(job, "trainer.max_steps")) for job in plan.definition}
+    assert set(steps.values()) == {6}  # same tokens per step within a length
+
+
+def test_a_budget_with_swept_steps_is_refused() -> None:
+    with pytest.raises(SweepError, match="cannot also be swept"):
+        planner(["trainer.max_steps=6,12", "budget.match=tokens", *TINY[:-2], "logger=none"], cost=fake_cost).plan()
+
+
+def test_a_smoke_test_keeps_its_own_steps_under_a_budget() -> None:
+    plan = planner(["qkv_sharing=independent,qkv_shared", "budget.match=flops", "smoke=true", *TINY],
+                   cost=fake_cost).plan()
+    assert plan.budget is None
+
+
+# ---------------------------------------------------------------------------------- tuning
+
+def test_tuning_runs_first_then_the_seeds_at_each_chosen_rate() -> None:
+    p = planner(["qkv_sharing=independent,qkv_shared", "seed=0,1", "tune.lr=[1e-3,3e-3]", *TINY])
+    plan = p.plan()
+    assert plan.tune == Tuning(lr=[0.001, 0.003], default_lr=0.003, seeds=[0], final_seeds=[0, 1], metric="loss")
+    assert len(plan.jobs) == 2 * 2 and all(_value(job, "seed") == "0" for job in plan.jobs)
+    assert plan.jobs == tuning_jobs(plan.definition, plan.swept, plan.tune)
+    records = [{"overrides": job, "status": "ok",
+                "metrics": {"val": {"loss": 1.0 if _value(job, "optim.lr") == "0.001" else 2.0}}}
+               for job in plan.jobs]
+    records[0]["status"] = "diverged"  # independent at 1e-3 diverged: +inf, so 3e-3 wins for it
+    chosen, scores = choose_lr(records, plan)
+    assert chosen == {"qkv_sharing=independent": 0.003, "qkv_sharing=qkv_shared": 0.001}
+    assert scores["qkv_sharing=independent"] == {"0.001": None, "0.003": 2.0}
+    final = final_jobs(plan, chosen)
+    assert len(final) == 4 and {_value(j, "optim.lr") for j in final if "qkv_sharing=qkv_shared" in j} == {"0.001"}
+
+
+def test_tuning_with_a_swept_lr_is_refused() -> None:
+    with pytest.raises(SweepError, match="tune.lr chooses optim.lr"):
+        planner(["optim.lr=0.001,0.003", "tune.lr=[1e-3]", *TINY]).plan()
+
+
+# ---------------------------------------------------------------------------------- the file
+
+def test_the_plan_is_its_file(tmp_path: Path) -> None:
+    plan = planner(["qkv_sharing=independent,qkv_shared", "tune.lr=[1e-3]", *TINY]).plan()
+    plan.tune.chosen = {"qkv_sharing=independent": 0.001}
+    plan.write(tmp_path)
+    assert SweepPlan.read(tmp_path) == plan
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert list(data) == ["swept", "jobs", "definition", "budget", "tune"]
+
+
+def test_an_old_or_broken_file_reads_as_well_as_it_can(tmp_path: Path) -> None:
+    (tmp_path / "sweep.json").write_text(json.dumps({"swept": ["seed"], "jobs": [["seed=0"], ["seed=1"]]}))
+    plan = SweepPlan.read(tmp_path)
+    assert plan.definition == plan.jobs == [["seed=0"], ["seed=1"]] and plan.tune is None
+    (tmp_path / "sweep.json").write_text("{not json")
+    assert SweepPlan.read(tmp_path) is None and SweepPlan.read(tmp_path / "nowhere") is None
+
+
+# ---------------------------------------------------------------------------------- the directory
+
+def test_another_definition_in_the_directory_is_refused_unless_redefined(tmp_path: Path) -> None:
+    first = planner(["qkv_sharing=independent,qk_shared", *TINY])
+    first_plan = first.plan()
+    first.check_directory(tmp_path, first_plan)  # empty: fine
+    first_plan.write(tmp_path)
+    first.check_directory(tmp_path, first_plan)  # the same definition resumes
+    other = planner(["qkv_sharing=independent,qk_shared", *TINY, "model.n_layers=2"])
+    other_plan = other.plan()
+    with pytest.raises(SweepError, match="(?s)holds another sweep .*--redefine"):
+        other.check_directory(tmp_path, other_plan)
+    other.check_directory(tmp_path, other_plan, redefine=True)
+
+
+# ---------------------------------------------------------------------------------- --plan as data
+
+def test_preview_marks_done_rerun_and_to_run(tmp_path: Path) -> None:
+    from ablate.jobdir import job_dir_name
+
+    p = planner(["qkv_sharing=independent,qk_shared", "seed=0,1", *TINY])
+    plan = p.plan()
+    write_record(tmp_path / job_dir_name(plan.jobs[0]), {"status": "ok", "overrides": plan.jobs[0]})
+    write_record(tmp_path / job_dir_name(plan.jobs[1]), {"status": "failed", "overrides": plan.jobs[1]})
+    shown = preview(p, plan, tmp_path, time_steps=False)
+    assert [j.status for j in shown.jobs] == ["done", "rerun", "to run", "to run"]
+    assert shown.steps_to_run == 3 * 6 and [j.steps for j in shown.jobs] == [6] * 4
+    assert shown.note is None and "to run: 3 job(s), 18 training steps; done already: 1" in render(shown)
+
+
+def test_preview_of_a_tuned_sweep_lists_the_final_runs_after_tuning(tmp_path: Path) -> None:
+    p = planner(["qkv_sharing=independent,qk_shared", "seed=0,1", "tune.lr=[1e-3]", *TINY])
+    shown = preview(p, p.plan(), tmp_path, time_steps=False)
+    after = [j for j in shown.jobs if j.status == "after tuning"]
+    assert len(shown.jobs) == 4 + 2 and len(after) == 2  # seed 1 of each variant; seed 0 reuses a tuning run
+    assert all("optim.lr=<chosen>" in j.overrides and "seed=1" in j.overrides for j in after)
+
+
+def test_preview_notes_a_directory_of_another_sweep(tmp_path: Path) -> None:
+    planner(["seed=0,1", *TINY]).plan().write(tmp_path)
+    p = planner(["seed=0,1,2", *TINY])
+    assert "holds another sweep" in preview(p, p.plan(), tmp_path, time_steps=False).note
+
+
+@pytest.mark.slow  # trains a few steps of each variant
+def test_preview_times_each_variant_still_to_run(tmp_path: Path) -> None:
+    p = planner(["qkv_sharing=independent,qk_shared", *TINY])
+    shown = preview(p, p.plan(), tmp_path)
+    assert set(shown.step_times) == {"qkv_sharing=independent", "qkv_sharing=qk_shared"}
+    assert all(t > 0 for t in shown.step_times.values()) and shown.seconds > 0
+
+
+# ---------------------------------------------------------------------------------- ablate-bench
+
+@pytest.mark.slow  # composes and validates 21 jobs through Hydra
+def test_ablate_bench_times_the_variants_the_sweep_would_run() -> None:
+    from ablate.bench import experiment_configs
+
+    configs, baseline = experiment_configs(["experiment=norm", *TINY])
+    assert list(configs) == ["norm=layernorm", "norm=rmsnorm", "norm=scalenorm", "init=deepnet,norm=deepnorm"]
+    assert configs["init=deepnet,norm=deepnorm"].norm.name == "deepnorm"
+    assert all(cfg.seed == 0 for cfg in configs.values()) and baseline is None
+    configs, baseline = experiment_configs(["experiment=qkv_sharing", *TINY])
+    assert len(configs) == 3 and baseline == "qkv_sharing=independent"
+
+
+# ---------------------------------------------------------------------------------- the documented schema
+
+def _documented_schema() -> dict:
+    """docs/internals.md's sweep.json block, its ``// comments`` and ``...`` removed."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "internals.md").read_text()
+    section = text[text.index("### `sweep.json`"):text.index("### The sweeper")]
+    block = section.split("```json\n", 1)[1].split("```", 1)[0]
+    block = re.sub(r"//[^\n]*", "", block).replace(", ...", "")
+    return json.loads(block)
+
+
+def test_the_documented_sweep_file_is_the_code() -> None:
+    from dataclasses import asdict, fields
+
+    doc = _documented_schema()
+    assert list(doc) == [f.name for f in fields(SweepPlan)]
+    assert set(doc["budget"]) == {f.name for f in fields(Budget)}
+    assert set(doc["tune"]) == {f.name for f in fields(Tuning)}
+    plan = SweepPlan(swept=doc["swept"], jobs=doc["jobs"], definition=doc["definition"],
+                     budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]))
+    assert json.loads(json.dumps(doc)) == json.loads(json.dumps(asdict(plan)))
