@@ -1,5 +1,7 @@
 # The two commands a newcomer needs (see README): `make main` and `make test`.
-.PHONY: setup main test bench
+# `make test-fast` runs the tests not marked `slow` (no CLI or other subprocess, none takes seconds),
+# for the edit-and-test loop; `make test` runs all of them, as CI does.
+.PHONY: setup main test test-fast bench
 
 setup:
 	@bash scripts/setup.sh
@@ -7,8 +9,11 @@ setup:
 main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at the end
 	.venv/bin/ablate -m experiment=qkv_sharing
 
-test: setup  ## the whole test suite (CPU; two pytest workers, each test file in one; about 12 minutes on 2 cores)
+test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; about 12 minutes on 2 cores)
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
+
+test-fast: setup  ## the fast tier: every test not marked slow (in-process; under 2 minutes on 2 cores)
+	.venv/bin/python -m pytest -q -m "not slow"
 
 bench: setup  ## framework overhead: plain PyTorch loop vs ablate's Lightning module
 	.venv/bin/python scripts/bench_overhead.py

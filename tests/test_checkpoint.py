@@ -9,7 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import BIN, cli_env, records, run_cli, wandb_summary
+
+pytestmark = pytest.mark.slow  # every test kills, resumes or relaunches the real `ablate` CLI
 
 ARGS = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
         "measure.warmup_steps=2", "trainer.max_steps=60", "eval.every=20", "optim.warmup_steps=5"]

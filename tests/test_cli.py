@@ -7,7 +7,10 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from conftest import records, run_cli, wandb_run_info, wandb_summary
+
+pytestmark = pytest.mark.slow  # every test runs the real `ablate` console scripts
 
 
 def test_single_run_prints_final_metrics(tmp_path: Path, tiny: list[str]) -> None:

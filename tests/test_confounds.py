@@ -85,6 +85,7 @@ def test_an_amplitude_one_table_swamps_the_tokens():
     assert token_cosines(["pos_enc=sinusoidal", "pos_enc.amplitude=1.0", "model.embed_scale=sqrt_d"]).mean() > 0.9
 
 
+@pytest.mark.slow  # seconds
 def test_sinusoidal_amplitude_is_the_token_rms_after_init():
     for overrides in ([], ["init=default"], ["model.embed_scale=sqrt_d"], ["init=xavier", "model.embed_scale=sqrt_d"]):
         cfg = compose_cfg(["pos_enc=sinusoidal", *overrides])
@@ -132,6 +133,7 @@ def test_deepnet_whole_and_halves_asked_for_validate():
         validate(compose_cfg(overrides))
 
 
+@pytest.mark.slow  # seconds: every job of an experiment
 @pytest.mark.parametrize("experiment", ["norm", "init"])
 def test_the_norm_and_init_experiments_run_deepnet_whole_or_label_its_half(experiment):
     from ablate.sweep import design_rows
@@ -157,6 +159,7 @@ def test_build_model_refuses_half_of_deepnet_too():
     assert model.blocks[0].alpha == pytest.approx((2 * model.n_layers) ** 0.25)
 
 
+@pytest.mark.slow
 def test_norm_deepnorm_never_trains_without_deepnet_init(tmp_path, tiny):
     out = run_cli([*tiny, "norm=deepnorm", "logger=none", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 2 and "init=deepnet" in out.stderr, out.stderr[-2000:]

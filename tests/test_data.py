@@ -117,6 +117,7 @@ def test_same_seed_same_batches_other_seed_other(name):
     assert same(take(dm, 4), a)
 
 
+@pytest.mark.slow
 def test_restart_determinism_in_new_process():
     code = ("import sys; from itertools import islice; from ablate.data import build_task;"
             "t = build_task({'_target_': 'ablate.data.digits.Sort', 'seq_len': 12, 'batch_size': 4});"

@@ -50,6 +50,7 @@ def result(run_dir: Path) -> dict:
 
 # ------------------------------------------------------------------------------- model.compile
 
+@pytest.mark.slow
 def test_compiled_run_through_the_cli_trains_like_the_eager_one(tmp_path: Path, tiny: list[str]) -> None:
     args = [*tiny, "logger=none"]
     for name, extra in (("eager", []), ("compiled", ["model.compile=true"])):
@@ -219,6 +220,7 @@ def test_size_is_resolved_in_the_config_and_an_explicit_value_wins() -> None:
     assert (default["size"], default["d_model"], default["n_heads"], default["n_layers"]) == (None, 64, 4, 2)
 
 
+@pytest.mark.slow
 def test_size_xs_trains_through_the_cli(tmp_path: Path) -> None:
     out = run_cli(["model.size=xs", "trainer=debug", "logger=none", "task.batch_size=8", "task.n_val=16",
                    "task.n_test=16", "measure.memory=false", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
@@ -231,6 +233,7 @@ def test_size_xs_trains_through_the_cli(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- gpu_check.sh
 
+@pytest.mark.slow
 def test_gpu_check_dry_run_prints_the_table_with_every_section_and_option(tmp_path: Path) -> None:
     started = time.perf_counter()
     out = subprocess.run([str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(tmp_path)],

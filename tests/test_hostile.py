@@ -88,6 +88,7 @@ def cases() -> list[tuple[list[str], str, Any]]:
 CASES = cases()
 
 
+@pytest.mark.slow  # 364 Hydra compositions, about 2 minutes in all (the random combinations below stay fast)
 @pytest.mark.parametrize("overrides,key,bad", CASES, ids=[f"{k}={b!r}"[:60] for _, k, b in CASES])
 def test_every_leaf_key_refuses_a_wrong_type_by_name(overrides: list[str], key: str, bad: Any) -> None:
     cfg = compose_cfg(overrides)
@@ -97,6 +98,7 @@ def test_every_leaf_key_refuses_a_wrong_type_by_name(overrides: list[str], key: 
     assert keys_named(problems, key), (key, bad, problems)
 
 
+@pytest.mark.slow  # seconds: a Hydra composition per task
 def test_every_task_validates_with_its_defaults() -> None:
     for task in builtin_options("task"):
         problems = config_problems(compose_cfg(task_overrides(task)))
@@ -123,6 +125,7 @@ BAD_SINGLE_RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,named", BAD_SINGLE_RUNS.items(), ids=list(BAD_SINGLE_RUNS))
 def test_bad_value_exits_2_naming_it(tmp_path: Path, args: str, named: str) -> None:
     out = run_cli([*BASE, *args.split(), "hydra.run.dir=run"], tmp_path)
@@ -131,6 +134,7 @@ def test_bad_value_exits_2_naming_it(tmp_path: Path, args: str, named: str) -> N
     assert not (tmp_path / "run" / "result.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep,named", [("model.dropout=0.1,abc", "model.dropout='abc'"),
                                          ("init.std=0.02,-1", "init.std=-1 must be > 0")])
 def test_sweep_with_one_bad_job_trains_nothing(tmp_path: Path, sweep: str, named: str) -> None:
@@ -141,6 +145,7 @@ def test_sweep_with_one_bad_job_trains_nothing(tmp_path: Path, sweep: str, named
     assert records(tmp_path / "sweep") == []
 
 
+@pytest.mark.slow
 def test_empty_lm_corpus_is_named(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
     out = run_cli([*BASE, f"task.path={tmp_path / 'empty.txt'}", "hydra.run.dir=run"], tmp_path)
@@ -159,6 +164,7 @@ def _classify_dir(tmp_path: Path, train: bytes) -> Path:
     (b'sentence\tlabel\ngood film\t1\n"a quoted\ttab"\t0\n', "train.tsv, line 3: 3 tab-separated fields but the header has 2"),
     (b"sentence\tlabel\ngood film\t1\nb\xffd film\t0\n", "train.tsv, line 3: not valid UTF-8"),
 ])
+@pytest.mark.slow
 def test_bad_data_file_fails_the_job_naming_file_and_line(tmp_path: Path, train: bytes, message: str) -> None:
     data = _classify_dir(tmp_path, train)
     out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
@@ -168,6 +174,7 @@ def test_bad_data_file_fails_the_job_naming_file_and_line(tmp_path: Path, train:
     assert record["metrics"].get("steps") is None  # failed before training
 
 
+@pytest.mark.slow
 def test_utf8_bom_in_a_tsv_header_is_dropped(tmp_path: Path) -> None:
     data = _classify_dir(tmp_path, b"\xef\xbb\xbfsentence\tlabel\ngood film\t1\nbad film\t0\n")
     out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
@@ -177,6 +184,7 @@ def test_utf8_bom_in_a_tsv_header_is_dropped(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- sweeps and records
 
+@pytest.mark.slow
 def test_relaunch_with_other_overrides_is_refused_unless_redefined(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     first = ["-m", *tiny, "logger=none", f"hydra.sweep.dir={sweep}", "qkv_sharing=independent,qk_shared"]
@@ -196,6 +204,7 @@ def test_relaunch_with_other_overrides_is_refused_unless_redefined(tmp_path: Pat
     assert run_cli(first, tmp_path).returncode == 2
 
 
+@pytest.mark.slow
 def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) -> None:
     import os
     import signal
@@ -222,6 +231,7 @@ def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) 
     assert row["status"] == "1 interrupted" and row["n_failed"] == "0" and row["n"] == "0"
 
 
+@pytest.mark.slow
 def test_records_and_tables_follow_the_umask(tmp_path: Path, tiny: list[str]) -> None:
     import subprocess
 
@@ -274,6 +284,7 @@ def _cli_value(value: Any) -> str:
     return str(value)
 
 
+@pytest.mark.slow
 def test_random_wrong_types_through_the_cli_exit_2_naming_every_key(tmp_path: Path) -> None:
     """One run with a random handful of wrong-typed leaf keys of the default config at once."""
     picks = _random_picks(7)
@@ -287,9 +298,10 @@ def test_random_wrong_types_through_the_cli_exit_2_naming_every_key(tmp_path: Pa
         assert not _checkable(key, picks) or keys_named(problems, key), (key, args, out.stderr)
 
 
+@pytest.mark.slow
 def test_a_sweep_start_check_that_cannot_run_stops_the_sweep(tmp_path: Path, tiny: list[str]) -> None:
-    """Hydra only warns about an exception in a callback; ablate's sweep-start check must stop the
-    sweep instead: here sweep.json cannot be written (a file stands where the directory should be)."""
+    """A sweep whose plan cannot be recorded stops before any job starts: here sweep.json cannot be
+    written (a file stands where the directory should be)."""
     (tmp_path / "afile").write_text("not a directory")
     out = run_cli(["-m", *tiny, "logger=none", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'afile' / 'sweep'}"], tmp_path)
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])

@@ -24,6 +24,8 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, cli_env, records, wandb_run_info, wandb_summary
 
+pytestmark = pytest.mark.slow  # pip install into a fresh venv, then its console scripts
+
 MAIN_PYTHON = REPO / ".venv" / "bin" / "python"
 EXAMPLE_CONF_REL = Path("examples") / "my_lab" / "conf"
 EXPERIMENT = "sigmoid_count"

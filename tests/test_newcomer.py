@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import records, run_cli
+
+pytestmark = pytest.mark.slow  # every test runs the real `ablate` CLI
 
 TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2",
         "trainer.max_steps=6", "logger=none"]

@@ -177,6 +177,7 @@ def test_linear_accepts_positions_it_can_express():
 
 # --------------------------------------------------------------------- end to end, one line each
 
+@pytest.mark.slow
 def test_new_options_train_under_debug_in_one_command(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "attention=local,linear", "model.share_layers=all", "pos_enc=rope", *tiny[:-3],
@@ -192,6 +193,7 @@ def test_new_options_train_under_debug_in_one_command(tmp_path: Path, tiny: list
         assert f"  {name} " in listed.stdout
 
 
+@pytest.mark.slow
 def test_deberta_trains_under_debug_in_one_command(tmp_path: Path, tiny: list[str]) -> None:
     out = run_cli([*tiny, "pos_enc=deberta", "logger=none", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -199,6 +201,7 @@ def test_deberta_trains_under_debug_in_one_command(tmp_path: Path, tiny: list[st
     assert record["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_linear_attention_takes_less_memory_than_softmax_at_256_tokens(tmp_path: Path) -> None:
     """The attention experiment's table at T=256 (its model, two steps: the memory column is the
     deterministic accounting of a training step, whatever the number of steps)."""

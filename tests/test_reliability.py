@@ -13,6 +13,8 @@ import torch
 
 from conftest import BIN, cli_env, records, run_cli, wandb_summary
 
+pytestmark = pytest.mark.slow  # every test runs the real `ablate` CLI
+
 
 def assert_nothing_trained(where: Path) -> None:
     assert not list(where.rglob("result.json")), "no record may be written for an invalid config"

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every test runs scripts/setup.sh
+
 REPO = Path(__file__).resolve().parent.parent
 REAL_PYTHON = shutil.which("python3") or sys.executable
 

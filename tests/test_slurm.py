@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO, cli_env, records, run_cli
 
+pytestmark = pytest.mark.slow  # a local SLURM cluster and sweeps through the `ablate` CLI
+
 SCRIPT = REPO / "scripts" / "local_slurm.sh"
 
 

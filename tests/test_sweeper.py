@@ -35,6 +35,7 @@ def test_design_rows_change_one_thing_from_the_base() -> None:
     assert labels["ffn=swiglu,norm.placement=post,pos_enc=rope"] == "post-LN"
 
 
+@pytest.mark.slow
 def test_design_experiment_runs_its_rows_and_labels_them(tmp_path: Path, tiny: list[str]) -> None:
     conf = tmp_path / "lab" / "experiment"
     conf.mkdir(parents=True)
@@ -70,6 +71,7 @@ hydra:
     assert table.count("(baseline)") == 1 and "| plain (baseline)" in table, table  # post-LN is compared with it
 
 
+@pytest.mark.slow
 def test_design_key_also_set_on_the_command_line_is_refused(tmp_path: Path, tiny: list[str]) -> None:
     out = run_cli(["-m", "experiment.design={kind:one_at_a_time,base:{ffn:relu},changes:{x:{ffn:gelu}}}",
                    "ffn=swiglu", *tiny, "logger=none", f"hydra.sweep.dir={tmp_path / 's'}"], tmp_path)
@@ -77,6 +79,7 @@ def test_design_key_also_set_on_the_command_line_is_refused(tmp_path: Path, tiny
     assert "ffn: set by experiment.design" in out.stderr and not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_flops_budget_gives_cheaper_variants_more_steps(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "qkv_sharing=independent,qkv_shared", "budget.match=flops", *tiny, "trainer.max_steps=12",
@@ -93,6 +96,7 @@ def test_flops_budget_gives_cheaper_variants_more_steps(tmp_path: Path, tiny: li
     assert budget["steps"]["qkv_sharing=qkv_shared"] == shared["metrics"]["steps"]
 
 
+@pytest.mark.slow
 def test_lr_tuning_runs_each_variant_at_each_lr_then_the_seeds(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     args = ["-m", "qkv_sharing=independent,qkv_shared", "seed=0,1", "tune.lr=[1e-3,3e-3]", *tiny,
@@ -123,6 +127,7 @@ def test_lr_tuning_runs_each_variant_at_each_lr_then_the_seeds(tmp_path: Path, t
     assert again.stdout.count("already ok") == 6
 
 
+@pytest.mark.slow
 def test_learning_curve_in_the_record(tmp_path: Path, tiny: list[str]) -> None:
     out = run_cli([*tiny, "trainer.max_steps=12", "eval.every=4", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -140,6 +145,7 @@ def test_learning_curve_in_the_record(tmp_path: Path, tiny: list[str]) -> None:
     assert summary["train_flops"] == pytest.approx(m["train_flops"]) and summary["flops_per_token"] > 0
 
 
+@pytest.mark.slow
 def test_tune_in_a_single_run_is_refused(tmp_path: Path, tiny: list[str]) -> None:
     out = run_cli([*tiny, "tune.lr=[1e-3]", "logger=none", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 2 and "ablate -m tune.lr" in out.stderr

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import records, run_cli, wandb_run_info, wandb_summary
 
 from ablate.report import table_run_id
+
+pytestmark = pytest.mark.slow  # a sweep through the `ablate` CLI and `wandb leet`
 
 
 def table_runs(sweep: Path) -> list[Path]:

@@ -49,6 +49,7 @@ def test_sweep_is_five_tasks_by_four_variants_with_task_columns() -> None:
     assert sorted(raw.experiment.labels) == sorted(f"qkv_sharing={v}" for v in VARIANTS)
 
 
+@pytest.mark.slow  # seconds each: every job of the sweep
 @pytest.mark.parametrize("task", DIGIT_TASKS)
 def test_every_job_of_the_sweep_validates(task: str) -> None:
     for variant in VARIANTS:

@@ -77,6 +77,7 @@ def compose_cfg(overrides: list[str]):
 
 
 # ---------------------------------------------------------------------------- the encoder
+@pytest.mark.slow  # seconds: trains tokenizers
 def test_word_encoder_gives_the_ids_of_tokenizers(tmp_path: Path) -> None:
     """The NumPy word splitter + table give exactly ``tokenizers``' own ids for the whole text,
     for any cut into pieces at safe points, after the table starts over, and on the slow path."""
@@ -213,6 +214,7 @@ print("RESULT", t.encoded, t.path, len(T.ENCODED))
 """
 
 
+@pytest.mark.slow
 def test_two_jobs_preparing_at_once_make_one_file(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.txt", 2_000_000)
     cache = tmp_path / "cache"
@@ -301,6 +303,7 @@ def run_measured(args: list[str], cwd: Path) -> dict:
             "maxrss_mb": usage.ru_maxrss / 1024}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_200mb_corpus_trains_in_the_memory_of_a_2mb_one(tmp_path: Path, tiny: list[str]) -> None:
     t0 = time.perf_counter()
