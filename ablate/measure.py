@@ -28,6 +28,7 @@ import copy
 import gc
 import statistics
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -50,6 +51,9 @@ __all__ = [
     "synchronize",
     "measure_training_memory",
     "cuda_peak_memory",
+    "PEAK_FLOPS",
+    "peak_flops",
+    "utilisation",
 ]
 
 
@@ -63,33 +67,94 @@ class MeasureSettings:
     peak_flops: PositiveFloat | None = None  # the device's peak FLOP/s for MFU (None: PEAK_FLOPS by name)
 
 
-#: dense peak FLOP/s of common accelerators by a substring of ``torch.cuda.get_device_name()``, for
-#: 16-bit tensor-core math ("16") and plain fp32 ("32"), from the vendors' data sheets (SXM parts;
-#: no sparsity). MFU = training FLOPs per second / this (Chowdhery et al. 2022, appendix B).
+#: Dense (no 2:4 sparsity) peak FLOP/s by the device's FULL name as ``torch.cuda.get_device_name()``
+#: reports it: "16" is the BF16 tensor-core peak (BF16 always accumulates in FP32, as torch's GEMMs
+#: do; FP16 is the same on every device here), "32" plain fp32 (non-tensor; torch's default fp32
+#: matmuls do not use TF32). MFU = training FLOPs per second / this (Chowdhery et al. 2022, app. B).
+#: Matched exactly (``peak_flops``), never by a substring: "NVIDIA H100 PCIe" is not the SXM part,
+#: "NVIDIA L40" is not "NVIDIA L4". A datasheet's "with sparsity" figure is written as it is printed,
+#: "/ 2". Names: the NVIDIA driver's product-name table (open-gpu-kernel-modules README, "Compatible
+#: GPUs"; H200 NVL and B200 from nvidia-smi reports). Left out for want of a checked name or figure:
+#: the A10G (AWS's part: no vendor datasheet; not the A10's figures), "NVIDIA H100" (a further SKU),
+#: H800/H20/GH200, GeForce and older parts, and the NVL parts' fp32. Set ``measure.peak_flops``.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "H200": {"16": 989e12, "32": 67e12},
-    "H100": {"16": 989e12, "32": 67e12},
-    "A100": {"16": 312e12, "32": 19.5e12},
-    "L40S": {"16": 362e12, "32": 91.6e12},
-    "A10": {"16": 125e12, "32": 31.2e12},
-    "L4": {"16": 121e12, "32": 30.3e12},
-    "V100": {"16": 125e12, "32": 15.7e12},
-    "T4": {"16": 65e12, "32": 8.1e12},
-    "RTX 4090": {"16": 165e12, "32": 82.6e12},
+    # H100 datasheet (nvidia.com/en-us/data-center/h100): SXM BF16 1,979 TF*, FP32 67 TF; PCIe
+    # BF16 1,513 TF*, FP32 51 TF; NVL BF16 1,671 TF* (* with sparsity; "one-half lower without")
+    "NVIDIA H100 80GB HBM3": {"16": 1979e12 / 2, "32": 67e12},  # the SXM5 part
+    "NVIDIA H100 PCIe": {"16": 1513e12 / 2, "32": 51e12},
+    "NVIDIA H100 NVL": {"16": 1671e12 / 2},
+    # H200 datasheet (nvidia.com/en-us/data-center/h200): SXM BF16 1,979 TF*, FP32 67 TF; NVL 1,671 TF*
+    "NVIDIA H200": {"16": 1979e12 / 2, "32": 67e12},  # the SXM part (700 W); the NVL names itself
+    "NVIDIA H200 NVL": {"16": 1671e12 / 2},
+    # HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per GPU: FP16/BF16 4.5 PF*, FP32 75 TF
+    "NVIDIA B200": {"16": 4.5e15 / 2, "32": 75e12},
+    # A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): BF16 312 TF (624 TF*), FP32
+    # 19.5 TF, the same for the SXM and PCIe, 40 GB and 80 GB parts
+    "NVIDIA A100-SXM4-40GB": {"16": 312e12, "32": 19.5e12},
+    "NVIDIA A100-SXM4-80GB": {"16": 312e12, "32": 19.5e12},
+    "NVIDIA A100-PCIE-40GB": {"16": 312e12, "32": 19.5e12},
+    "NVIDIA A100 80GB PCIe": {"16": 312e12, "32": 19.5e12},
+    # L4 datasheet (nvidia.com/en-us/data-center/l4): BF16 242 TF*, FP32 30.3 TF
+    "NVIDIA L4": {"16": 242e12 / 2, "32": 30.3e12},
+    # L40 datasheet: BF16 181.05 TF (362.1 TF*), FP32 90.5 TF
+    "NVIDIA L40": {"16": 181.05e12, "32": 90.5e12},
+    # L40S datasheet (nvidia.com/en-us/data-center/l40s): BF16 362.05 TF (733 TF*), FP32 91.6 TF
+    "NVIDIA L40S": {"16": 362.05e12, "32": 91.6e12},
+    # A10 datasheet (a10-datasheet.pdf): BF16 125 TF (250 TF*), FP32 31.2 TF
+    "NVIDIA A10": {"16": 125e12, "32": 31.2e12},
+    # AMD Instinct MI300X data sheet (amd.com/.../instinct/mi300/mi300x): peak BF16 1,307.4 TF
+    # dense (2,614.9 with sparsity), FP32 (vector and matrix) 163.4 TF. The name is ROCm's
+    # (hipDeviceProp.name) as torch reports it; amd-smi's "... OAM" board name is not matched.
+    "AMD Instinct MI300X": {"16": 1307.4e12, "32": 163.4e12},
 }
+
+_PEAKS_BY_NAME = {name.casefold(): peaks for name, peaks in PEAK_FLOPS.items()}
+
+
+def _precision_bits(precision: str) -> str | None:
+    """The ``PEAK_FLOPS`` column of a Lightning precision: "16" for the 16-bit ones (mixed or
+    true), "32" for fp32, None for any other (64-bit, FP8 engines), which has no peak here."""
+    p = str(precision).strip().lower()
+    if p in {"16", "bf16", "16-mixed", "bf16-mixed", "16-true", "bf16-true"}:
+        return "16"
+    if p in {"32", "32-true"}:
+        return "32"
+    return None
 
 
 def peak_flops(device_name: str, precision: str, override: float | None = None) -> float | None:
     """The peak FLOP/s MFU divides by: ``override`` (``measure.peak_flops``) when set, else the
-    ``PEAK_FLOPS`` entry whose name occurs in ``device_name`` (16-bit precisions: tensor-core
-    peak; ``32-true``: fp32), else None (MFU is then not reported)."""
+    ``PEAK_FLOPS`` entry whose name IS ``device_name`` (surrounding whitespace and letter case
+    aside: no two devices' names differ only in those) for ``precision``, else None (no MFU)."""
     if override:
         return float(override)
-    bits = "16" if "16" in str(precision) else "32"
-    for name, peaks in PEAK_FLOPS.items():
-        if name.lower() in device_name.lower():
-            return peaks[bits]
-    return None
+    peaks = _PEAKS_BY_NAME.get(str(device_name).strip().casefold(), {})
+    bits = _precision_bits(precision)
+    return peaks.get(bits) if bits else None
+
+
+def utilisation(device_name: str, precision: str, tokens_per_s: float, flops_per_token: float,
+                override: float | None = None, recomputes: bool = False) -> dict[str, Any]:
+    """A CUDA record's utilisation fields: ``device``, ``peak_flops`` and ``mfu`` (training FLOPs per
+    second of one device over its peak), and ``utilisation``: "mfu", or "hfu" when the FLOPs count
+    holds a recomputed forward (``recomputes``: attention=linear's checkpointed pattern), which
+    makes the ratio hardware FLOPs utilisation. ``mfu_note``, one line, says why ``mfu`` is None or
+    that it is HFU; the first of these is also warned."""
+    peak = peak_flops(device_name, precision, override)
+    fields: dict[str, Any] = {"device": device_name, "peak_flops": peak,
+                              "mfu": tokens_per_s * flops_per_token / peak if peak else None}
+    if peak is None:
+        known = str(device_name).strip().casefold() in _PEAKS_BY_NAME
+        why = f"for precision {precision!r}" if known else "for this device"
+        fields["mfu_note"] = (f"no MFU: no peak FLOP/s of {device_name!r} {why} in ablate.measure.PEAK_FLOPS; "
+                              "set measure.peak_flops=<FLOP/s> (its dense peak at this precision)")
+        warnings.warn(fields["mfu_note"], stacklevel=2)
+        return fields
+    fields["utilisation"] = "hfu" if recomputes else "mfu"
+    if recomputes:
+        fields["mfu_note"] = ("mfu is HFU (hardware FLOPs utilisation): the FLOPs count includes the forward "
+                              "a checkpointed attention pattern (attention=linear) recomputes in its backward")
+    return fields
 
 # --------------------------------------------------------------------------------------------
 # Speed

@@ -280,12 +280,152 @@ def test_failing_loss_leaves_state_restored():
 
 
 
-def test_peak_flops_by_device_name_precision_and_override() -> None:
+# --------------------------------------------------------------------------------------------
+# peak FLOP/s and MFU
+# --------------------------------------------------------------------------------------------
+
+#: every device name the table must know, exactly as torch.cuda.get_device_name() reports it, with
+#: its dense (no sparsity) 16-bit tensor-core peak and its fp32 peak (None: not in the table)
+KNOWN_PEAKS = {
+    "NVIDIA H100 80GB HBM3": (989.5e12, 67e12),   # H100 SXM
+    "NVIDIA H100 PCIe": (756.5e12, 51e12),
+    "NVIDIA H100 NVL": (835.5e12, None),
+    "NVIDIA H200": (989.5e12, 67e12),             # H200 SXM
+    "NVIDIA H200 NVL": (835.5e12, None),
+    "NVIDIA B200": (2.25e15, 75e12),
+    "NVIDIA A100-SXM4-40GB": (312e12, 19.5e12),
+    "NVIDIA A100-SXM4-80GB": (312e12, 19.5e12),
+    "NVIDIA A100-PCIE-40GB": (312e12, 19.5e12),
+    "NVIDIA A100 80GB PCIe": (312e12, 19.5e12),
+    "NVIDIA L4": (121e12, 30.3e12),
+    "NVIDIA L40": (181.05e12, 90.5e12),
+    "NVIDIA L40S": (362.05e12, 91.6e12),
+    "NVIDIA A10": (125e12, 31.2e12),
+    "AMD Instinct MI300X": (1307.4e12, 163.4e12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_PEAKS))
+def test_every_listed_device_maps_to_its_own_figures(name: str) -> None:
+    from ablate.measure import PEAK_FLOPS, peak_flops
+
+    sixteen, fp32 = KNOWN_PEAKS[name]
+    assert name in PEAK_FLOPS
+    assert peak_flops(name, "bf16-mixed") == pytest.approx(sixteen)
+    assert peak_flops(name, "16-mixed") == pytest.approx(sixteen)
+    assert peak_flops(name, "bf16-true") == pytest.approx(sixteen)
+    if fp32 is None:
+        assert peak_flops(name, "32-true") is None  # no verified figure: no MFU rather than a guess
+    else:
+        assert peak_flops(name, "32-true") == pytest.approx(fp32)
+
+
+def test_the_table_holds_only_the_checked_names() -> None:
+    from ablate.measure import PEAK_FLOPS
+
+    assert set(PEAK_FLOPS) == set(KNOWN_PEAKS)
+
+
+@pytest.mark.parametrize("name, not_this", [
+    ("NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"),   # PCIe is not the SXM part
+    ("NVIDIA H100 NVL", "NVIDIA H100 80GB HBM3"),
+    ("NVIDIA H200 NVL", "NVIDIA H200"),
+    ("NVIDIA L40", "NVIDIA L4"),                     # "L4" is a prefix of "L40"
+    ("NVIDIA L40S", "NVIDIA L40"),
+])
+def test_similar_names_are_different_devices(name: str, not_this: str) -> None:
     from ablate.measure import peak_flops
 
-    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989e12
-    assert peak_flops("NVIDIA H100 80GB HBM3", "32-true") == 67e12
-    assert peak_flops("NVIDIA A100-SXM4-40GB", "16-mixed") == 312e12  # not A10's
-    assert peak_flops("NVIDIA A10", "bf16-mixed") == 125e12
-    assert peak_flops("Some Future GPU", "bf16-mixed") is None  # unknown: no MFU rather than a wrong one
+    assert peak_flops(name, "bf16-mixed") != peak_flops(not_this, "bf16-mixed")
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA A10G",            # AWS's A10 variant: no vendor datasheet figure, and not the A10's
+    "NVIDIA H100",            # a further H100 SKU's name: which peak is unknown
+    "NVIDIA H800",
+    "NVIDIA GH200 480GB",
+    "NVIDIA GeForce RTX 4090",
+    "Tesla V100-SXM2-16GB",
+    "NVIDIA A100",
+    "Some Future GPU",
+    "",
+])
+def test_an_unlisted_name_gives_no_peak(name: str) -> None:
+    from ablate.measure import peak_flops
+
+    assert peak_flops(name, "bf16-mixed") is None  # unknown: no MFU rather than a wrong one
+    assert peak_flops(name, "32-true") is None
+
+
+def test_match_is_exact_but_for_surrounding_space_and_case() -> None:
+    from ablate.measure import peak_flops
+
+    assert peak_flops("  NVIDIA H100 PCIe\n", "bf16-mixed") == pytest.approx(756.5e12)
+    assert peak_flops("nvidia h100 pcie", "bf16-mixed") == pytest.approx(756.5e12)
+    assert peak_flops("NVIDIA H100 PCIe (MIG 1g.10gb)", "bf16-mixed") is None
+    assert peak_flops("NVIDIA  H100 PCIe", "bf16-mixed") is None
+
+
+def test_precision_without_a_peak_gives_none() -> None:
+    from ablate.measure import peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3", "64-true") is None
+    assert peak_flops("NVIDIA H100 80GB HBM3", "transformer-engine") is None
+
+
+def test_override_wins() -> None:
+    from ablate.measure import peak_flops
+
     assert peak_flops("Some Future GPU", "bf16-mixed", override=2e15) == 2e15
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16-mixed", override=1e15) == 1e15  # over the table
+    assert peak_flops("NVIDIA H100 80GB HBM3", "64-true", override=1e15) == 1e15
+
+
+def test_utilisation_of_a_known_device() -> None:
+    from ablate.measure import utilisation
+
+    fields = utilisation("NVIDIA A100-SXM4-80GB", "bf16-mixed", tokens_per_s=1e5, flops_per_token=1.56e9)
+    assert fields == {"device": "NVIDIA A100-SXM4-80GB", "peak_flops": 312e12,
+                      "mfu": pytest.approx(0.5), "utilisation": "mfu"}
+
+
+def test_utilisation_of_an_unknown_device_is_none_with_one_note() -> None:
+    from ablate.measure import utilisation
+
+    with pytest.warns(UserWarning) as caught:
+        fields = utilisation("Some Future GPU", "bf16-mixed", tokens_per_s=1e5, flops_per_token=1e9)
+    assert fields["mfu"] is None and fields["peak_flops"] is None
+    assert "utilisation" not in fields
+    note = fields["mfu_note"]
+    assert "\n" not in note and "'Some Future GPU'" in note and "measure.peak_flops=<FLOP/s>" in note
+    assert [str(w.message) for w in caught] == [note]  # the same one line, once
+
+
+def test_utilisation_with_an_override_on_an_unknown_device() -> None:
+    from ablate.measure import utilisation
+
+    fields = utilisation("Some Future GPU", "bf16-mixed", 1e5, 1e9, override=1e15)
+    assert fields["mfu"] == pytest.approx(0.1) and fields["peak_flops"] == 1e15
+    assert "mfu_note" not in fields
+
+
+def test_utilisation_with_recomputation_is_hfu() -> None:
+    from ablate.measure import utilisation
+
+    fields = utilisation("NVIDIA H100 80GB HBM3", "bf16-mixed", 1e5, 1e9, recomputes=True)
+    assert fields["utilisation"] == "hfu"
+    assert fields["mfu"] == pytest.approx(1e14 / 989.5e12)
+    assert "HFU" in fields["mfu_note"] and "\n" not in fields["mfu_note"]
+
+
+def test_only_linear_attention_makes_the_utilisation_hfu() -> None:
+    """What train.py asks (``recomputed_flops(model, T, B) > 0``) is true for attention=linear
+    (it checkpoints its pattern: the FLOPs count holds a second forward of it), not for softmax."""
+    from test_model import VOCAB, make_cfg
+
+    from ablate.model import build_model
+    from ablate.model.flops import recomputed_flops
+
+    for attention, recomputes in (("linear", True), ("softmax", False), ("local", False)):
+        model = build_model(make_cfg(d_model=16, n_heads=2, n_layers=1, attention=attention), VOCAB, 7, 20)
+        assert (recomputed_flops(model, 20, 2) > 0) is recomputes, attention
