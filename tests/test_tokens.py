@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import random
 import subprocess
@@ -162,6 +163,70 @@ def test_a_tokenizer_json_of_another_kind_is_used_as_it_is(tmp_path: Path) -> No
     assert gpt2_like.decode(ids).encode() == corpus.read_bytes()  # byte-level: lossless
 
 
+# ---------------------------------------------------------------------------- bits per byte
+def test_bits_per_byte_divide_by_the_bytes_of_the_scored_targets(tmp_path: Path) -> None:
+    """Bits per byte = the scored targets' summed loss in bits over the UTF-8 bytes of those same
+    targets (not over the whole test text's bytes per token: the windows cover only part of it)."""
+    corpus = write_corpus(tmp_path / "c.txt", 200_000)
+    task = built(corpus, tokenizer="bpe", vocab_size=400, cache_dir=str(tmp_path / "cache"), n_test=6,
+                 eval_lengths=[32])
+    trained = tok.load_tokenizer(Path(task.tokens.path).parent / "tokenizer.json")
+    evals = {}
+    for length in (16, 32):
+        batches = task.eval_batches(length)
+        rows = [row.tolist() for _, y in batches for row in y]
+        decoded = sum(len(trained.decode(r).encode("utf-8")) for r in rows)  # counted independently
+        assert task.target_bytes(batches) == decoded
+        evals[str(length)] = {"loss": 1.75, "count": sum(map(len, rows)), "bytes": decoded}
+    task.add_bits_per_byte(evals, task.eval_batches)
+    for e in evals.values():
+        assert e["bytes_per_token"] == e["bytes"] / e["count"]
+        assert e["bits_per_byte"] == pytest.approx(1.75 * e["count"] / math.log(2) / e["bytes"], rel=1e-12)
+        # the whole test text's bytes per token gives another figure
+        whole = 1.75 / math.log(2) / task.tokens.bytes_per_token
+        assert abs(e["bits_per_byte"] / whole - 1) > 1e-3
+    # a tokenizer.json that is not byte-level: each window's targets decoded, their bytes counted
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    words = Tokenizer(models.BPE(unk_token="?"))
+    words.pre_tokenizer, words.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    words.train([str(corpus)], trainers.BpeTrainer(vocab_size=300, show_progress=False, special_tokens=["?"]))
+    assert tok.byte_lengths(words) is None and tok.byte_lengths(trained) is not None
+    ids = words.encode("tel kaml 12 ø").ids
+    assert tok.TargetBytes(tok=words)([np.array(ids)]) == len("tel kaml 12 ø".encode())
+
+
+def test_bits_per_byte_of_bytes_are_the_loss_in_bits(tmp_path: Path) -> None:
+    task = built(write_corpus(tmp_path / "c.txt", 50_000), n_test=5)
+    batches = task.eval_batches(16)
+    count = sum(int(y.numel()) for _, y in batches)
+    assert task.target_bytes(batches) == count
+    evals = {"16": {"loss": 2.0 / 3, "count": count}}
+    task.add_bits_per_byte(evals, task.eval_batches)
+    assert evals["16"]["bytes_per_token"] == 1.0 and evals["16"]["bits_per_byte"] == (2.0 / 3) / math.log(2)
+
+
+@pytest.mark.slow  # runs the CLI
+def test_a_bpe_run_records_bits_per_byte_over_its_scored_targets(tmp_path: Path, tiny: list[str]) -> None:
+    from conftest import records, run_cli
+
+    corpus = write_corpus(tmp_path / "c.txt", 200_000)
+    out = run_cli(["task=lm", f"task.path={corpus}", "task.tokenizer=bpe", "task.vocab_size=400",
+                   f"task.cache_dir={tmp_path / 'cache'}", *tiny, "pos_enc=rope",
+                   "task.seq_len=16", "task.eval_lengths=[32]",
+                   "task.n_test=6", "task.n_val=4", "trainer.max_steps=2", "logger=none", "hydra.run.dir=run"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (record,) = records(tmp_path / "run")
+    m = record["metrics"]
+    task = built(corpus, tokenizer="bpe", vocab_size=400, cache_dir=str(tmp_path / "cache"), n_test=6)
+    for length in ("16", "32"):
+        e = m["eval"][length]
+        assert e["bytes_per_token"] == task.target_bytes(task.eval_batches(int(length))) / e["count"]
+        assert e["bits_per_byte"] == pytest.approx(e["loss"] / math.log(2) / e["bytes_per_token"])
+    assert (m["bytes_per_token"], m["bits_per_byte"]) == (m["eval"]["16"]["bytes_per_token"], m["eval"]["16"]["bits_per_byte"])
+    assert m["bytes_per_token"] != task.tokens.bytes_per_token  # not the whole test text's
+
+
 # ---------------------------------------------------------------------------- the cache
 def test_the_cache_is_keyed_by_content_and_reused(tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
@@ -258,6 +323,9 @@ def test_a_bin_file_is_read_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "train.json").write_text(json.dumps({"vocab_size": 1000, "dtype": "uint32", "bytes_per_token": 3.5}))
     task = built(path, n_test=10)
     assert (task.vocab_size, task.tokens.dtype, task.bytes_per_token) == (1000, "uint32", 3.5)
+    evals = {"16": {"loss": 1.0, "count": 40}}  # no tokenizer: bits per byte from the sidecar's figure
+    task.add_bits_per_byte(evals, task.eval_batches)
+    assert task.target_bytes(task.eval_batches(16)) is None and evals["16"]["bytes_per_token"] == 3.5
     assert torch.equal(task.held_out.long(), torch.from_numpy(ids[18_000:].astype(np.int64)))
     # ids outside the vocabulary are an error, not a crash in the embedding
     with pytest.raises(ValueError, match=r"holds token id 9\d\d, outside task.vocab_size=500"):

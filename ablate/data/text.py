@@ -9,9 +9,16 @@ is nats per token). ``task.tokenizer`` (see :mod:`ablate.data.tokens`):
   tokens (default 4096);
 * a path to a saved Hugging Face ``tokenizer.json``.
 
-Per-token losses of different tokenizers are not comparable; bits per byte are: after ``setup``
-the task's :attr:`LanguageModel.bytes_per_token` holds the UTF-8 bytes per token of the test
-split, measured over the whole test text, and bits per byte = ``loss / ln 2 / bytes_per_token``.
+Per-token losses of different tokenizers are not comparable; bits per byte are. They divide the
+loss summed over the scored targets (nats) by ln 2 and by the UTF-8 bytes of those same targets:
+``bits_per_byte = loss / ln 2 / bytes_per_token``, where ``loss`` is the mean over the targets of
+the test windows at a length and ``bytes_per_token`` is the bytes of those targets over their
+number (:meth:`LanguageModel.target_bytes`; not the whole test text's, since the windows cover only
+part of it). A byte-level tokenizer (``bpe``, or a ``tokenizer.json`` with a ``ByteLevel``
+decoder) counts each id's bytes exactly; another ``tokenizer.json`` decodes each window's targets
+(see :class:`ablate.data.tokens.TargetBytes` for where that is approximate). A ``.bin`` has no
+tokenizer: :attr:`LanguageModel.bytes_per_token` then holds its sidecar's ``bytes_per_token``, if
+any, and that is used instead.
 
 ``task.path``: a text file, or a directory whose ``*.txt`` files (recursively, sorted by path)
 are concatenated with a newline between files, or a pre-tokenized ``.bin`` (nanoGPT's layout;
@@ -44,9 +51,10 @@ windows, evenly spread over their part, at each length asked for.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import importlib.util
+import math
 import os
 import sysconfig
 from pathlib import Path
@@ -55,7 +63,7 @@ import numpy as np
 import torch
 
 from . import tokens as tok
-from .base import N_VAL, Batch, Task, check_split, train_generator
+from .base import IGNORE, N_VAL, Batch, Task, check_split, train_generator
 
 #: stdlib modules whose source forms the default corpus (all present since Python 3.10)
 DEFAULT_CORPUS_MODULES: tuple[str, ...] = (
@@ -147,10 +155,13 @@ class LanguageModel(Task):
         if problems:
             raise ValueError("; ".join(problems))
         self.vocab_size = self.n_classes = self._vocab_size(vocab_size)
-        #: UTF-8 bytes per token of the test split (None until ``setup``, or when unknown)
+        #: UTF-8 bytes per token of the whole test text (the token file's figure, or a ``.bin``
+        #: sidecar's; None until ``setup``, or when unknown). Bits per byte use
+        #: :meth:`target_bytes`, the bytes of the scored targets, where it is known.
         self.bytes_per_token: float | None = 1.0 if self.tokenizer == "bytes" and not is_token_file(self.path) else None
         #: the token file read (set by ``setup``)
         self.tokens: tok.Tokens | None = None
+        self._target_bytes: tok.TargetBytes | None = None  # made by the first ``target_bytes``
 
     def _vocab_size(self, setting: int | None) -> int:
         if is_token_file(self.path):
@@ -248,6 +259,30 @@ class LanguageModel(Task):
         starts = ((torch.arange(k) * avail // k) * length).numpy()
         return [self._gather(data, starts[i:i + self.batch_size], length)
                 for i in range(0, k, self.batch_size)]
+
+    def target_bytes(self, batches: Sequence[Batch]) -> int | None:
+        """The UTF-8 bytes of the text that the labelled targets of ``batches`` stand for (for
+        bits per byte: ``eval_batches(length, "test")`` gives the bytes of the targets its loss
+        averages over), or None when unknown (a ``.bin``)."""
+        self.setup()
+        if self._target_bytes is None and not is_token_file(self.path):
+            self._target_bytes = tok.TargetBytes.of(self.tokens)
+        if self._target_bytes is None:
+            return None
+        return self._target_bytes(row[row != IGNORE].numpy() for _, y in batches for row in y)
+
+    def add_bits_per_byte(self, evals: dict[str, dict], batches: Callable[[int], Sequence[Batch]]) -> None:
+        """Add ``bytes_per_token`` and ``bits_per_byte`` to each entry of ``evals`` (length ->
+        ``{"loss", "count", ...}``: the mean loss in nats over the ``count`` targets of the test
+        batches at that length, ``batches(length)``). ``bytes_per_token`` is the UTF-8 bytes of those
+        targets over ``count`` (:meth:`target_bytes`; for a ``.bin``, its sidecar's figure, if any),
+        so ``bits_per_byte = loss / ln 2 / bytes_per_token`` is the summed loss in bits over the bytes
+        the scored targets stand for."""
+        for length, e in evals.items():
+            n_bytes = self.target_bytes(batches(int(length)))
+            bpt = n_bytes / e["count"] if n_bytes and e.get("count") else self.bytes_per_token
+            if bpt:
+                e.update(bytes_per_token=bpt, bits_per_byte=e["loss"] / math.log(2) / bpt)
 
     @classmethod
     def _tokenizer_problems(cls, cfg: dict) -> list[str]:

@@ -577,13 +577,68 @@ def encode_stream(encoder: Any, blocks: Iterable[bytes], out: BinaryIO) -> int:
             n += len(ids)
 
 
+# ---------------------------------------------------------------------------- bytes of tokens
+def byte_lengths(tok: Any) -> np.ndarray | None:
+    """The UTF-8 bytes each id of ``tok`` stands for (an array indexed by id), when ``tok`` is a
+    byte-level BPE (its decoder is ``ByteLevel``: every character of a token is one byte, GPT-2's
+    byte-to-character map), so the bytes of any run of ids are the sum of their entries, exactly;
+    an added token counts the UTF-8 bytes of its text. None for any other tokenizer."""
+    spec = json.loads(tok.to_str())
+    if (spec.get("model") or {}).get("type") != "BPE" or (spec.get("decoder") or {}).get("type") != "ByteLevel":
+        return None
+    from tokenizers import pre_tokenizers
+
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    added = {a["content"] for a in spec.get("added_tokens") or []}
+    vocab = tok.get_vocab(with_added_tokens=True)
+    out = np.zeros(max(vocab.values(), default=-1) + 1, np.int64)
+    for text, i in vocab.items():
+        whole = text in added or not set(text) <= alphabet
+        out[i] = len(text.encode("utf-8")) if whole else len(text)
+    return out
+
+
+class TargetBytes:
+    """Counts the UTF-8 bytes of the text that rows of token ids stand for (bits per byte divide
+    by the bytes of the scored targets). ``lengths``: bytes per id (:func:`byte_lengths`; all ones
+    for ``bytes``), exact. Else ``tok``: each row is decoded with ``tok.decode`` and its UTF-8
+    bytes counted, exact inside a row but approximate at its ends (a character cut by the window's
+    edge decodes as U+FFFD, 3 bytes; a decoder may drop a row's leading space, as a SentencePiece
+    ``Metaspace`` does) and wherever a normalizer changed the text before it was encoded."""
+
+    def __init__(self, lengths: np.ndarray | None = None, tok: Any = None):
+        self.lengths, self.tok = lengths, tok
+
+    @classmethod
+    def of(cls, tokens: Tokens) -> TargetBytes | None:
+        """The counter of a token file: ones for ``bytes``; the ``tokenizer.json`` of its cache
+        entry otherwise; None when there is none (a ``.bin`` of its own)."""
+        if tokens.tokenizer == "bytes":
+            return cls(lengths=np.ones(256, np.int64))
+        path = Path(tokens.path).parent / "tokenizer.json" if tokens.path else None
+        if path is None or not path.is_file():
+            return None
+        tok = load_tokenizer(path)
+        lengths = byte_lengths(tok)
+        return cls(lengths=lengths) if lengths is not None else cls(tok=tok)
+
+    def __call__(self, rows: Iterable[np.ndarray]) -> int:
+        """The bytes of ``rows`` (1-D arrays of ids; each a run of consecutive tokens)."""
+        rows = [np.asarray(r, np.int64) for r in rows]
+        if self.lengths is not None:
+            return int(sum(self.lengths[r].sum() for r in rows))
+        texts = self.tok.decode_batch([r.tolist() for r in rows], skip_special_tokens=False)
+        return sum(len(t.encode("utf-8")) for t in texts)
+
+
 # ---------------------------------------------------------------------------- token files
 @dataclass
 class Tokens:
     """A token file and what it holds (``tokens.json`` in the cache). ``train_tokens``: where
     the test part starts (ids before it are the training part), or None to split by
-    ``val_fraction`` as for bytes. ``bytes_per_token``: UTF-8 bytes per token of the test part
-    (None when unknown, for a ``.bin`` without it in its sidecar)."""
+    ``val_fraction`` as for bytes. ``bytes_per_token``: UTF-8 bytes per token of the whole test part
+    (None when unknown, for a ``.bin`` without it in its sidecar); bits per byte divide by the bytes
+    of the scored targets instead (:class:`TargetBytes`)."""
 
     path: str
     dtype: str
