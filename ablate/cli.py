@@ -23,7 +23,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError
+from ablate.config import ConfigError, optimized_value
 from ablate.paths import CONF_DIR
 from ablate.resolvers import register_resolvers
 
@@ -58,7 +58,7 @@ def _main(cfg: DictConfig) -> Any:
         job.release_slot()  # its record is written: the next job may start while this process exits
     if record["status"] == "failed" and record["job"]["num"] is None:
         sys.exit(1)  # a single run that failed; in a sweep the others go on (the sweep exits 1 at the end)
-    return record["metrics"].get("accuracy")
+    return optimized_value(record["metrics"], str(cfg.optimized_metric))  # what a sweeper optimises
 
 
 def _config_dirs(argv: list[str]) -> list[str]:

@@ -195,10 +195,10 @@ class AblateModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
-def curve_steps(max_steps: int, every: int) -> list[int]:
-    """The steps a learning curve evaluates at: every ``every`` steps (0: none), 25% of the way (the
-    "early loss" of Narang et al. 2021) and the last step."""
-    steps = {max(1, round(0.25 * max_steps)), max_steps}
+def curve_steps(max_steps: int, every: int, early_fraction: float = 0.25) -> list[int]:
+    """The steps a learning curve evaluates at: every ``every`` steps (0: none), ``early_fraction``
+    of the way (where "early loss" is read: ``eval.early_fraction``) and the last step."""
+    steps = {max(1, round(early_fraction * max_steps)), max_steps}
     if every > 0:
         steps |= set(range(every, max_steps + 1, every))
     return sorted(steps)

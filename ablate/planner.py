@@ -219,19 +219,20 @@ class Planner:
         """Each job with ``trainer.max_steps`` set so that it trains on as many tokens (``match=tokens``)
         or training FLOPs (``match=flops``) as its baseline does in the baseline's ``trainer.max_steps``
         (rounded to the nearest step, so within half a step's worth). The baseline of a job is the job
-        with the baseline's values (``experiment.baseline``, else the first variant) in place of its
-        own: in a sweep over task x variant, the baseline variant on the same task."""
+        with the baseline's values in place of its own, its other values kept: in a sweep over task x
+        variant, the baseline variant on the same task. The baseline's values are
+        ``experiment.baseline``'s; else a design's base row's; else the first value of the one key
+        the sweep varies. A sweep of several keys without ``experiment.baseline`` is refused: which
+        of them names the baseline, and which are conditions each value of which gets its own, only
+        the user can say."""
         if STEPS_KEY in swept:
             raise ValueError(f"budget.match={match} sets {STEPS_KEY} per job; it cannot also be swept "
                              f"(sweep it with budget.match=steps)")
-        spec = OmegaConf.select(self.config, "experiment.baseline", default=None)
-        base_values = split_override_string(str(spec)) if spec and "=" in str(spec) else {}
-        if not base_values:
-            base_values = {k: v for k, v in split_override_string(" ".join(definition[0])).items() if k in swept}
         jobs, budget = [], Budget(match=match)
+        base_values = self._budget_baseline(definition, swept, match)
         for job in definition:
             base_job = [o for o in job if override_key(o) not in base_values]
-            base_job += [f"{k}={v}" for k, v in base_values.items()]
+            base_job += [f"{k}={v}" for k, v in base_values.items() if v is not None]
             own, base = self.cost(job), self.cost(base_job)
             base_total = base["max_steps"] * base["tokens_per_step"] * (base["flops_per_token"] if match == "flops" else 1)
             per_step = own["tokens_per_step"] * (own["flops_per_token"] if match == "flops" else 1)
@@ -241,6 +242,27 @@ class Planner:
             budget.steps[variant] = steps
             budget.baseline_of[variant] = job_variant(base_job, swept)
         return jobs, budget
+
+    def _budget_baseline(self, definition: list[list[str]], swept: list[str], match: str) -> dict[str, str | None]:
+        """The values that make a job its own baseline (see :meth:`budget`); None: the key's
+        override is dropped (a design key its base row leaves at the config's value)."""
+        spec = OmegaConf.select(self.config, "experiment.baseline", default=None)
+        if spec and "=" in str(spec):
+            return split_override_string(str(spec))
+        design = self._design()
+        if design:
+            base_row = design_rows(design)[0][1]
+            return {k: base_row.get(k) for k in design_keys(design)}
+        keys = [k for k in swept if k != "seed"]
+        if len(keys) > 1:
+            first = split_override_string(" ".join(definition[0]))
+            raise ValueError(
+                f"budget.match={match} gives every job its baseline's {match}, but this sweep varies "
+                f"{', '.join(keys)} and nothing says which of them names the baseline; set experiment.baseline "
+                f"to the baseline's value of the key being ablated, e.g. experiment.baseline='{keys[0]}="
+                f"{first.get(keys[0])}' (each job then gets the budget of that value at its own "
+                f"{', '.join(keys[1:])})")
+        return {keys[0]: split_override_string(" ".join(definition[0]))[keys[0]]} if keys else {}
 
     # ------------------------------------------------------------------------------ the directory
 

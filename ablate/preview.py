@@ -104,6 +104,7 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
 def time_variants(configs: dict[str, DictConfig]) -> dict[str, float]:
     """Seconds per training step of each variant, timed here for a few steps."""
     from ablate.timing import interleaved
+    from ablate.train import accumulated_batches
 
     if not configs:
         return {}
@@ -111,7 +112,8 @@ def time_variants(configs: dict[str, DictConfig]) -> dict[str, float]:
     out = {}
     for key, entry in result["variants"].items():
         cfg = configs[key]
-        out[key] = int(cfg.task.batch_size) * int(cfg.task.seq_len) / entry["tokens_per_s"]["median"]
+        tokens_per_step = int(cfg.task.batch_size) * int(cfg.task.seq_len) * accumulated_batches(cfg)
+        out[key] = tokens_per_step / entry["tokens_per_s"]["median"]
     return out
 
 

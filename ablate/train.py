@@ -7,7 +7,6 @@ job's metrics as it goes, so a run that diverges or fails keeps what was known b
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -70,16 +69,22 @@ def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
     return float(model.flops_per_token(seq_len, batch_size))
 
 
+def accumulated_batches(cfg: DictConfig) -> int:
+    """How many batches one optimizer step of ``cfg`` trains on (``trainer.accumulate_grad_batches``)."""
+    return int(cfg.trainer.get("accumulate_grad_batches") or 1)
+
+
 def job_cost(cfg: DictConfig) -> dict[str, float]:
     """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
-    on the meta device): ``{max_steps, tokens_per_step, flops_per_token}``. A budget's unit."""
+    on the meta device): ``{max_steps, tokens_per_step, flops_per_token}``, a step being one optimizer
+    step (every accumulated batch counted). A budget's unit."""
     from ablate.data import build_task
     from ablate.model.transformer import assemble
 
     task = build_task(cfg.task)
     with torch.device("meta"):
         model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
-    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len,
+    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
             "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size)}
 
 
@@ -99,14 +104,16 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
         torch.set_num_threads(job.torch_threads)
     data, model, module = build(cfg)
     resumed_step = int(resume["step"]) if resume else 0
-    accumulate = int(cfg.trainer.get("accumulate_grad_batches") or 1)
+    accumulate = accumulated_batches(cfg)
+    tokens_per_step = data.tokens_per_batch * accumulate  # one optimizer step, on one device
     train_loader = data.train_dataloader(skip=resumed_step * accumulate)
     fpt = flops_per_token(model, data.seq_len, data.batch_size)
     metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
                    torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)
     curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
-                          curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every)), data.tokens_per_batch, fpt)
+                          curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every), float(cfg.eval.early_fraction)),
+                          tokens_per_step, fpt)
     metrics["history"] = curve.history
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
@@ -131,20 +138,22 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     time_s.update(fit=time.perf_counter() - started, steps=sum(speed.step_times))
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
-    tokens = trainer.global_step * data.tokens_per_batch * trainer.world_size
+    tokens = trainer.global_step * tokens_per_step * trainer.world_size
     metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
     if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
-        from ablate.measure import peak_flops
+        from ablate.measure import utilisation
+        from ablate.model.flops import recomputed_flops
 
         device = torch.cuda.get_device_name(trainer.strategy.root_device)
-        peak = peak_flops(device, str(cfg.trainer.precision), cfg.measure.get("peak_flops"))
-        metrics.update(device=device, peak_flops=peak,
-                       mfu=metrics["tokens_per_s"] * fpt / peak if peak else None)
+        metrics.update(utilisation(device, str(cfg.trainer.precision), metrics["tokens_per_s"], fpt,
+                                   cfg.measure.get("peak_flops"),
+                                   recomputes=recomputed_flops(model, data.seq_len, data.batch_size) > 0))
     if curve.history:
-        early = min(curve.history, key=lambda p: abs(p["step"] - 0.25 * trainer.global_step))
+        early_step = max(1, round(float(cfg.eval.early_fraction) * trainer.global_step))
+        early = min(curve.history, key=lambda p: abs(p["step"] - early_step))
         last = curve.history[-1]
         metrics.update(val={"loss": last["loss"], "accuracy": last["accuracy"]},
-                       early_loss=early["loss"], final_loss=last["loss"])
+                       early_loss=early["loss"], early_loss_step=early["step"], final_loss=last["loss"])
 
     module.eval_split = "test"
     started = time.perf_counter()
@@ -154,9 +163,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     metrics["eval"] = evals
     first = evals[str(data.val_lengths[0])]
     metrics["accuracy"], metrics["loss"] = first["accuracy"], first["loss"]
-    bytes_per_token = getattr(data.task, "bytes_per_token", None)  # text tasks: to compare tokenizers
-    if bytes_per_token:
-        metrics.update(bytes_per_token=bytes_per_token,
-                       bits_per_byte=first["loss"] / math.log(2) / bytes_per_token)
+    if hasattr(data.task, "add_bits_per_byte"):  # text tasks, to compare tokenizers: over the scored targets' bytes
+        data.task.add_bits_per_byte(evals, lambda length: data.eval_batches(length, "test"))
+        metrics.update({k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
     for length, e in evals.items():
         metrics[f"accuracy@{length}"], metrics[f"loss@{length}"] = e["accuracy"], e["loss"]

@@ -166,6 +166,26 @@ def test_a_budget_baseline_is_the_named_one_per_value_of_the_other_keys() -> Non
     assert set(steps.values()) == {6}  # same tokens per step within a length
 
 
+def test_a_budget_over_several_keys_needs_the_baseline_named() -> None:
+    """Without experiment.baseline the first job's values of every swept key would be every job's
+    baseline (the 64-token jobs would get the 32-token jobs' tokens): refused, naming the key to set."""
+    with pytest.raises(SweepError) as error:
+        planner(["qkv_sharing=independent,qkv_shared", "task.seq_len=32,64", "budget.match=tokens", *TINY],
+                cost=fake_cost).plan()
+    message = str(error.value)
+    assert "varies qkv_sharing, task.seq_len" in message
+    assert "experiment.baseline='qkv_sharing=independent'" in message
+
+
+def test_a_designs_budget_baseline_is_its_base_row_at_each_value_of_the_other_keys() -> None:
+    p = planner(["task.seq_len=32,64", *TINY], experiment="transformer_pp", cost=fake_cost)
+    plan = p.plan()
+    base_rows = {v for v in plan.budget.baseline_of.values()}
+    assert len(base_rows) == 2 and all("pos_enc=rope" in v and "ffn=swiglu" in v for v in base_rows)
+    for variant, base in plan.budget.baseline_of.items():
+        assert base.endswith(variant.rsplit(",", 1)[-1]) or "task.seq_len" not in variant
+
+
 def test_a_budget_with_swept_steps_is_refused() -> None:
     with pytest.raises(SweepError, match="cannot also be swept"):
         planner(["trainer.max_steps=6,12", "budget.match=tokens", *TINY[:-2], "logger=none"], cost=fake_cost).plan()

@@ -4,12 +4,15 @@ third-party one (optuna) for what they can do, and a clear refusal for what only
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import records, run_cli
 
 from ablate.cli import FLAGS, expand_flags
+from ablate.config import config_problems, optimized_value
 
 TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
         "measure.warmup_steps=2", "trainer.max_steps=6", "logger=none"]
@@ -98,4 +101,36 @@ def test_an_optimiser_sweeper_chooses_its_jobs_and_the_sweep_ends_in_a_table(tmp
     assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
     assert not (sweep / "sweep.json").exists(), "an optimiser's jobs are not known up front: no plan is recorded"
     assert len({r["config"]["optim"]["lr"] for r in recs}) == 2
-    assert (sweep / "table.md").exists() and (sweep / "optimization_results.yaml").exists()
+    assert (sweep / "table.md").exists()
+    # the sweeper optimised the validation loss (optimized_metric), never the test split's numbers
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
+    assert best == pytest.approx(min(r["metrics"]["val"]["loss"] for r in recs))
+    assert best != pytest.approx(min(r["metrics"]["loss"] for r in recs))
+
+
+@pytest.mark.slow
+def test_the_optimised_metric_is_a_setting(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    out = run_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
+                   "optimized_metric=val/accuracy", "optim.lr=choice(0.001,0.01)", *TINY,
+                   f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
+    assert best == pytest.approx(max(r["metrics"]["val"]["accuracy"] for r in records(sweep)))
+
+
+def test_the_value_returned_to_a_sweeper() -> None:
+    metrics = {"loss": 2.0, "accuracy": 0.4, "val": {"loss": 2.1, "accuracy": 0.35}}
+    assert optimized_value(metrics, "val/loss") == 2.1 and optimized_value(metrics, "val/accuracy") == 0.35
+    assert math.isnan(optimized_value({"loss": 2.0}, "val/loss"))  # diverged before any validation
+    assert any("optimized_metric='test/accuracy'; valid choices: val/loss, val/accuracy" in p
+               for p in config_problems(_composed("optimized_metric=test/accuracy")))
+
+
+def _composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from ablate.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=[*TINY, *overrides])

@@ -110,8 +110,10 @@ class CaptionText:
                 parts.append("FLOPs: training FLOPs of a run (forward + backward: matmuls and attention "
                              "scores), mean over seeds, ratio to baseline")
             if self.has_losses:
-                parts.append("early/final loss: validation loss at 25% of training and at its end "
-                             "(Narang et al. 2021), mean over seeds")
+                at = (f"{self.early_fraction * 100:g}% of training" if self.early_fraction is not None
+                      else "each run's eval.early_fraction of training")
+                parts.append(f"early/final loss: validation loss at {at} (eval.early_fraction; within the run) "
+                             "and at its end, mean over seeds")
         for note in (self.budget_note(), self.tune_note()):
             if note:
                 parts.append(note)

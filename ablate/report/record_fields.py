@@ -148,6 +148,13 @@ def sharing_of(records: list[dict]) -> dict[str, Any] | None:
             "cores": int(max(cores)) if cores else None}
 
 
+def early_fraction_of(records: list[dict]) -> float | None:
+    """The ``eval.early_fraction`` the runs read their early loss at (records from before the
+    setting: 0.25, what it always was); None when the runs differ."""
+    fractions = {float(((r.get("config") or {}).get("eval") or {}).get("early_fraction", 0.25)) for r in records}
+    return fractions.pop() if len(fractions) == 1 else None
+
+
 def budget_of(records: list[dict]) -> dict[str, Any] | None:
     """The budget the runs matched (their ``record["budget"]``), with every ``steps`` value seen."""
     budgets = [r["budget"] for r in records if isinstance(r.get("budget"), dict) and r["budget"].get("match")]

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
-from ablate.report.record_fields import (beyond_lengths, budget_of, experiment_of, first_value, metric_of, sharing_of,
-                                         smoke_of, train_length)
+from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
+                                         metric_of, sharing_of, smoke_of, train_length)
 from ablate.report.records import bench_speeds, load_bench, sort_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
@@ -81,6 +81,7 @@ class SweepTable(CaptionText):
     column_labels: dict[str, str] = field(default_factory=dict)
     budget: dict[str, Any] | None = None         # record["budget"] of the runs (what was matched)
     tune: Tuning | None = None                    # sweep.json's tune block, for a tuned sweep
+    early_fraction: float | None = 0.25           # eval.early_fraction of the runs (None: they differ)
     baseline_shown: bool = True                  # False when the rows chosen leave the baseline out
 
     @property
@@ -203,7 +204,7 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         smoke=smoke_of(records), sharing=sharing_of(records), test=test, n_comparisons=n_comparisons,
         columns_key=col_key, column_values=values,
         column_labels={v: label_of({col_key: v}, exp["labels"]) for v in values} if col_key else {},
-        budget=budget_of(records), tune=tune, baseline_shown=any(r.is_baseline for r in shown),
+        budget=budget_of(records), tune=tune, early_fraction=early_fraction_of(records), baseline_shown=any(r.is_baseline for r in shown),
     )
 
 
