@@ -96,9 +96,13 @@ class EvalSettings:
 
 @dataclass
 class BudgetSettings:
-    """The ``budget`` node: what every variant of a sweep gets as much of as the baseline."""
+    """The ``budget`` node: what every variant of a sweep gets as much of as the baseline, or (a
+    scale ladder) how many training tokens each job gets per parameter of its own model."""
 
-    match: Literal["steps", "tokens", "flops"] = "steps"
+    match: Literal["steps", "tokens", "flops", "tokens_per_param"] = "steps"
+    # tokens_per_param: each job trains on this many tokens per (trainable) parameter; Hoffmann et al.
+    # 2022's compute-optimal ratio is about 20, smaller values keep a CPU ladder short
+    tokens_per_param: PositiveFloat = 20.0
 
 
 @dataclass

@@ -137,7 +137,7 @@ class Planner:
         first = tuning_jobs(definition, swept, tune) if tune else definition
         self._validate(definition + [job for job in first if job_signature(job) not in
                                      {job_signature(j) for j in definition}])
-        match = str(OmegaConf.select(self.config, "budget.match", default="steps"))
+        match = str(OmegaConf.select(self.config, "budget.match", default="steps"))  # steps: each its own
         budget = None
         if match != "steps" and self.config.get("smoke") is not True:  # a smoke test: few steps
             try:
@@ -228,6 +228,8 @@ class Planner:
         if STEPS_KEY in swept:
             raise ValueError(f"budget.match={match} sets {STEPS_KEY} per job; it cannot also be swept "
                              f"(sweep it with budget.match=steps)")
+        if match == "tokens_per_param":
+            return self._ladder_budget(definition, swept)
         jobs, budget = [], Budget(match=match)
         base_values = self._budget_baseline(definition, swept, match)
         for job in definition:
@@ -241,6 +243,19 @@ class Planner:
             variant = job_variant(job, swept)
             budget.steps[variant] = steps
             budget.baseline_of[variant] = job_variant(base_job, swept)
+        return jobs, budget
+
+    def _ladder_budget(self, definition: list[list[str]], swept: list[str]) -> tuple[list[list[str]], Budget]:
+        """``budget.match=tokens_per_param``: each job trains on ``budget.tokens_per_param`` tokens per
+        parameter of its own model (a scale ladder's rule: Hoffmann et al. 2022's compute-optimal
+        ratio is about 20), i.e. ``round(ratio * params / tokens per step)`` steps, at least 1."""
+        ratio = float(OmegaConf.select(self.config, "budget.tokens_per_param"))
+        jobs, budget = [], Budget(match="tokens_per_param", tokens_per_param=ratio)
+        for job in definition:
+            cost = self.cost(job)
+            steps = max(1, round(ratio * cost["params"] / cost["tokens_per_step"]))
+            jobs.append([o for o in job if override_key(o) != STEPS_KEY] + [f"{STEPS_KEY}={steps}"])
+            budget.steps[job_variant(job, swept)] = steps
         return jobs, budget
 
     def _budget_baseline(self, definition: list[list[str]], swept: list[str], match: str) -> dict[str, str | None]:

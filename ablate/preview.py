@@ -40,10 +40,16 @@ class PlannedJob:
                          # "after tuning" (a tuned sweep's final run, at the lr its tuning runs choose)
     variant: str
     step_time_s: float | None = None
+    flops: float | None = None  # training FLOPs of the job: steps x tokens per step x FLOPs per token
 
     @property
     def runs(self) -> bool:
         return self.status != "done"
+
+    @property
+    def seconds(self) -> float | None:
+        """Estimated seconds here: its steps at the variant's timed step, plus the start-up allowance."""
+        return self.steps * self.step_time_s + JOB_OVERHEAD_S if self.runs and self.step_time_s else None
 
 
 @dataclass
@@ -66,7 +72,7 @@ class Preview:
     @property
     def seconds(self) -> float:
         """Estimated seconds on this machine, one job after another."""
-        return sum(j.steps * (j.step_time_s or 0.0) + JOB_OVERHEAD_S for j in self.to_run)
+        return sum(j.seconds if j.seconds is not None else JOB_OVERHEAD_S for j in self.to_run)
 
 
 def job_status(sweep_dir: Path, overrides: list[str]) -> str:
@@ -98,6 +104,8 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
         result.step_times = time_variants({k: v for k, v in configs.items() if k in todo})
     for job in jobs:
         job.step_time_s = result.step_times.get(job.variant) if job.runs else None
+        cost = planner.cost([o for o in job.overrides if o != f"{LR_KEY}=<chosen>"])
+        job.flops = job.steps * cost["tokens_per_step"] * cost["flops_per_token"]
     return result
 
 
@@ -128,11 +136,14 @@ def render(plan: Preview) -> str:
     if plan.note:
         lines.append(f"  note: {plan.note}")
     width = max((len(" ".join(j.overrides)) for j in plan.jobs), default=10)
-    lines.append(f"  {'#':>3}  {'job':<{width}}  {'status':<12} {'steps':>7}  {'s/step':>7}")
+    lines.append(f"  {'#':>3}  {'job':<{width}}  {'status':<12} {'steps':>7}  {'FLOPs':>7}  {'s/step':>7}  "
+                 f"{'est.':>9}")
     for job in plan.jobs:
         per_step = f"{job.step_time_s:.3f}" if job.step_time_s else "-"
+        flops = f"{job.flops:.1e}".replace("e+", "e") if job.flops else "-"
+        estimate = _duration(job.seconds) if job.seconds is not None else "-"
         lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<12} "
-                     f"{job.steps:>7}  {per_step:>7}")
+                     f"{job.steps:>7}  {flops:>7}  {per_step:>7}  {estimate:>9}")
     todo = plan.to_run
     lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
                  f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")

@@ -189,7 +189,10 @@ def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """The record's ``budget``: what was matched, the steps this job was given, and its baseline."""
     budget = job.sweep.budget if job.sweep is not None else None
     baseline = budget.baseline_of.get(job.variant) if budget is not None else None
-    return {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
+    entry = {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
+    if entry["match"] == "tokens_per_param":
+        entry["tokens_per_param"] = float(cfg.budget.tokens_per_param)
+    return entry
 
 
 def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str, run_id: str | None = None) -> Any:

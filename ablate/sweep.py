@@ -121,12 +121,14 @@ def swept_keys(jobs: list[list[str]]) -> list[str]:
 
 @dataclass
 class Budget:
-    """How a sweep's steps were matched (``budget.match=tokens|flops``): each variant's
-    ``trainer.max_steps`` and the variant whose budget it was given."""
+    """How a sweep's steps were set (``budget.match=tokens|flops|tokens_per_param``): each variant's
+    ``trainer.max_steps`` and the variant whose budget it was given (none under tokens_per_param:
+    each job's budget follows from its own parameters)."""
 
-    match: str                                              # tokens | flops
+    match: str                                              # tokens | flops | tokens_per_param
     steps: dict[str, int] = field(default_factory=dict)     # variant -> trainer.max_steps
     baseline_of: dict[str, str] = field(default_factory=dict)  # variant -> its baseline variant
+    tokens_per_param: float | None = None                   # match=tokens_per_param: budget.tokens_per_param
 
 
 @dataclass

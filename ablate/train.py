@@ -76,16 +76,17 @@ def accumulated_batches(cfg: DictConfig) -> int:
 
 def job_cost(cfg: DictConfig) -> dict[str, float]:
     """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
-    on the meta device): ``{max_steps, tokens_per_step, flops_per_token}``, a step being one optimizer
-    step (every accumulated batch counted). A budget's unit."""
+    on the meta device): ``{max_steps, tokens_per_step, flops_per_token, params}``, a step being one
+    optimizer step (every accumulated batch counted). A budget's unit."""
     from ablate.data import build_task
     from ablate.model.transformer import assemble
 
     task = build_task(cfg.task)
     with torch.device("meta"):
         model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
-    return {"max_steps": int(cfg.trainer.max_steps), "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
-            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size)}
+    return {"max_steps": int(cfg.trainer.max_steps),
+            "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
+            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size), "params": model.num_params()}
 
 
 def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpointer: Any = None,

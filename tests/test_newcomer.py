@@ -38,8 +38,9 @@ def test_plan_lists_every_job_marks_finished_ones_and_writes_nothing(tmp_path: P
 
     out = run_cli(["--plan", "experiment=qkv_sharing", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    statuses = [line.split()[-3] for line in out.stdout.splitlines() if "experiment=qkv_sharing" in line]
-    assert sorted(statuses) == ["done"] * 7 + ["rerun", "run"], out.stdout  # "to run" ends in "run"
+    statuses = [next(s for s in ("done", "rerun", "to run") if f"  {s} " in line)
+                for line in out.stdout.splitlines() if "experiment=qkv_sharing" in line]
+    assert sorted(statuses) == ["done"] * 7 + ["rerun", "to run"], out.stdout
     assert "to run: 2 job(s), 12 training steps; done already: 7" in out.stdout, out.stdout
     assert _snapshot(sweep) == before, "a plan writes nothing into the sweep directory"
     assert len(records(sweep)) == 8

@@ -268,6 +268,8 @@ def test_preview_marks_done_rerun_and_to_run(tmp_path: Path) -> None:
     assert [j.status for j in shown.jobs] == ["done", "rerun", "to run", "to run"]
     assert shown.steps_to_run == 3 * 6 and [j.steps for j in shown.jobs] == [6] * 4
     assert shown.note is None and "to run: 3 job(s), 18 training steps; done already: 1" in render(shown)
+    cost = p.cost(plan.jobs[0])
+    assert shown.jobs[0].flops == 6 * cost["tokens_per_step"] * cost["flops_per_token"]
 
 
 def test_preview_of_a_tuned_sweep_lists_the_final_runs_after_tuning(tmp_path: Path) -> None:
@@ -329,3 +331,18 @@ def test_the_documented_sweep_file_is_the_code() -> None:
     plan = SweepPlan(swept=doc["swept"], jobs=doc["jobs"], definition=doc["definition"],
                      budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]))
     assert json.loads(json.dumps(doc)) == json.loads(json.dumps(asdict(plan)))
+
+
+# ---------------------------------------------------------------------------------- a scale ladder
+
+def test_a_ladder_gives_each_rung_tokens_in_proportion_to_its_parameters() -> None:
+    p = planner(["model.size=xs,s", "seed=0,1", "budget.match=tokens_per_param", "budget.tokens_per_param=0.5",
+                 *[a for a in TINY if not a.startswith(("model.d_model", "model.n_heads", "model.n_layers"))]])
+    plan = p.plan()
+    assert plan.budget.match == "tokens_per_param" and plan.budget.tokens_per_param == 0.5
+    assert plan.budget.baseline_of == {} and set(plan.budget.steps) == {"model.size=xs", "model.size=s"}
+    for job in plan.definition:
+        cost = p.cost(job)
+        steps = int(p.compose(job).trainer.max_steps)
+        assert steps == max(1, round(0.5 * cost["params"] / cost["tokens_per_step"]))
+    assert plan.budget.steps["model.size=s"] > 5 * plan.budget.steps["model.size=xs"]  # ~10x the parameters

@@ -73,6 +73,12 @@ class CaptionText:
             flops = b.get("baseline_train_flops")
             of = f": {flops:.2g} per run".replace("e+", "e") if flops else ""
             return f"budget: training FLOPs matched to the baseline's (±1 step){of}"
+        if match == "tokens_per_param":
+            ratio = b.get("tokens_per_param")
+            steps = sorted(b.get("steps_all") or [])
+            return (f"budget: {ratio:g} training tokens per parameter of each run's own model" if ratio
+                    else "budget: training tokens in proportion to each run's parameters") + \
+                (f" ({_span(steps)} steps)" if steps else "")
         return f"budget: {match} matched"
 
     def tune_note(self) -> str | None:
