@@ -28,7 +28,7 @@ from ablate.model.positions import ALiBi, Kerple, T5Bias, score_mod_bias
 from ablate.paths import CONF_DIR
 
 BIAS = {"alibi": ALiBi, "t5_bias": T5Bias, "kerple": Kerple}
-NOMINAL = {"xs": 1e6, "s": 10e6, "m": 40e6, "l": 125e6}
+NOMINAL = {"3xs": 45e3, "2xs": 190e3, "xs": 1e6, "s": 10e6, "m": 40e6, "l": 125e6}
 needs_flex = pytest.mark.skipif(not flex_available(), reason=f"torch {torch.__version__} has no FlexAttention")
 
 
@@ -79,7 +79,7 @@ def test_compile_is_applied_in_place_and_keeps_the_models_methods_and_checkpoint
 
 @pytest.mark.parametrize("key,bad,named", [("compile", "abc", "model.compile='abc'"),
                                            ("flex", "on", "model.flex='on' must be one of 'auto', 'off'"),
-                                           ("size", "xxl", "must be one of 'xs', 's', 'm', 'l'")])
+                                           ("size", "xxl", "must be one of '3xs', '2xs', 'xs', 's', 'm', 'l'")])
 def test_the_gpu_path_keys_are_validated_naming_the_choices(key: str, bad: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace("(", r"\(").replace(")", r"\)")):
         validate(compose_cfg([f"model.{key}={bad}"]))

@@ -13,7 +13,7 @@ On CUDA a bias-type position (alibi, t5_bias, kerple) under softmax attention go
 FlexAttention instead of a materialised (heads, T, T) mask (``Transformer.mask``;
 ``model.flex=off`` keeps the mask). ``model.compile=true`` compiles the model in place
 (``torch.compile``), so its methods, parameter names and checkpoints stay those of the eager
-model. ``model.size=xs|s|m|l`` presets d_model, n_heads and n_layers (``SIZES``) through the
+model. ``model.size=3xs|2xs|xs|s|m|l`` presets d_model, n_heads and n_layers (``SIZES``) through the
 ``ablate_size`` resolver (``ablate.resolvers``).
 """
 
@@ -40,10 +40,13 @@ from .positions import Position
 #: full list of config groups, these and the run's, is ``ablate.config.CONFIG_GROUPS``)
 MODEL_GROUPS = ("qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init")
 
-#: ``model.size`` -> the shape it presets: about 1M, 10M, 40M and 125M parameters with the byte
-#: vocabulary and the default components (pre-LN, GELU FFN of 4·d, no attention bias); the head
-#: dimension is 32 for xs, 64 above. An explicit model.d_model / n_heads / n_layers wins.
+#: ``model.size`` -> the shape it presets: about 45k, 190k, 1M, 10M, 40M and 125M parameters with the
+#: byte vocabulary and the default components (pre-LN, GELU FFN of 4·d, no attention bias); the head
+#: dimension is 16 for 3xs and 2xs (rungs of a scale ladder a 2-core CPU trains in minutes), 32 for
+#: xs, 64 above. An explicit model.d_model / n_heads / n_layers wins.
 SIZES: dict[str, dict[str, int]] = {
+    "3xs": {"d_model": 32, "n_heads": 2, "n_layers": 2},
+    "2xs": {"d_model": 64, "n_heads": 4, "n_layers": 3},
     "xs": {"d_model": 128, "n_heads": 4, "n_layers": 5},
     "s": {"d_model": 384, "n_heads": 6, "n_layers": 6},
     "m": {"d_model": 512, "n_heads": 8, "n_layers": 12},
@@ -81,7 +84,7 @@ class ModelSettings:
     # additive positions follow the tokens' scale (pos_enc=sinusoidal, amplitude: tokens).
     embed_scale: Literal["none", "sqrt_d"] = "none"
     # The shape preset d_model, n_heads and n_layers default to (SIZES; resolved in the config).
-    size: Literal["xs", "s", "m", "l"] | None = None
+    size: Literal["3xs", "2xs", "xs", "s", "m", "l"] | None = None
     # torch.compile the model (in place: same parameters, methods and checkpoints).
     compile: bool = False
     # FlexAttention for bias-type positions under softmax attention on CUDA ("auto"), or the

@@ -19,6 +19,8 @@ The package turns them into one row per variant, by concern:
 * ``plot``: the PNG figures (``table.png``, ``curves.png``, ``lr.png``);
 * ``publish``: ``save_outputs`` (``table.{md,tex,csv,png}`` and the figures, atomically),
   ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);
+* ``ladder``: a sweep with a size key swept (a scale ladder) as ``LadderTable``: per rung the loss
+  and the compute multiplier from ``scaling``, then the trend with scale (``build_table`` picks it);
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
 
 The variants themselves are defined once, in ``ablate.sweep``.
@@ -26,7 +28,8 @@ The variants themselves are defined once, in ``ablate.sweep``.
 
 from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, columns, csv_columns, csv_fields,
                                    csv_rows, latex_escape, render, rich_table, to_csv, to_latex, to_markdown)
-from ablate.report.plot import curves, lr_plot, mean_curve, plot
+from ablate.report.ladder import SIZE_KEYS, LadderRow, LadderTable, build_ladder, is_ladder
+from ablate.report.plot import curves, lr_plot, mean_curve, plot, scaling_plot
 from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic
 from ablate.report.records import bench_speeds, load_bench, load_records, sort_records
 from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
@@ -34,7 +37,8 @@ from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, pai
 from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
 
 __all__ = [
-    "CSV_COLUMNS", "Comparison", "FORMATS", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
+    "CSV_COLUMNS", "Comparison", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
+    "scaling_plot", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
     "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
     "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",
     "plot", "render", "resolve_baseline", "resolve_rows", "rich_table", "save_outputs", "sort_records",

@@ -162,6 +162,57 @@ class CaptionText:
 
 
 
+class LadderCaptionText(CaptionText):
+    """The caption of a ``LadderTable`` (``ladder``): what the loss and CM columns hold, the
+    baseline curve and why that fit, the CI method, the marks and the rank agreement."""
+
+    def caption(self) -> str:
+        ladder, curve = self.ladder, self.ladder.curve
+        ns = sorted({c.n for r in self.rows for c in r.cells.values()}) or [0]
+        parts = [f"loss: final validation loss ({self.loss_source}), mean ± sample std over seeds "
+                 f"(n = {_span(ns)} per cell); rungs ({', '.join(self.size_keys)}) ordered by mean training "
+                 "FLOPs: " + ", ".join(f"{r} {sci(self.rung_flops[r])}" for r in self.rungs),
+                 "CM: compute multiplier at equal loss, C_baseline(L_variant) / C_variant (the compute the "
+                 "baseline needs for the variant's loss over the variant's; 2.00x: the variant reaches it "
+                 "with half the compute), [95% CI]"]
+        if curve is not None:
+            parts.append(f"baseline curve: {curve.kind} ({ladder.curve_reason})")
+        else:
+            parts.append(f"no baseline curve, so no CM: {ladder.curve_reason}")
+        parts.append(f"CI: percentile bootstrap over seeds (B = {self.n_boot}; each variant's seeds resampled "
+                     "per rung, the baseline curve refitted in each replicate)")
+        parts.append("† extrapolated: the variant's loss lies outside the baseline's measured loss range, "
+                     "so its C_baseline is read off the curve beyond the data")
+        parts.append("trend: slope of log CM against log training FLOPs over the rungs [95% CI]; "
+                     "‡ scale-dependent (the CI excludes 0)")
+        reasons = list(dict.fromkeys(t.reason for r in self.rows if r.trend is not None and r.trend.reason
+                                     for t in [r.trend]))
+        if reasons:
+            parts.append("trend notes: " + "; ".join(reasons))
+        ranks = ladder.ranks
+        if ranks.tau is not None:
+            acc = ranks.decision_accuracy
+            parts.append(f"Kendall's τ smallest vs largest rung = {ranks.tau:+.2f}, decision accuracy = "
+                         f"{acc:.2f} (fraction of variant pairs the smallest rung orders as the largest does)")
+        else:
+            parts.append(f"rank agreement: none ({ranks.reason})")
+        budget = self.budget_note()
+        if budget:
+            parts.append(budget)
+        parts.append(f"baseline: {self.baseline}")
+        dropped = f"; {self.n_left_out} ok runs without training FLOPs or a loss left out" if self.n_left_out else ""
+        parts.append(f"diverged/failed runs are counted in status and excluded{dropped}")
+        if self.smoke:
+            parts.insert(0, f"SMOKE TEST ({self.smoke_note()}), not a result")
+        return "; ".join(parts) + "."
+
+
+def sci(value: float) -> str:
+    """``1.2e12``: FLOPs, compactly."""
+    mantissa, exp = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
 def _span(values: list[int]) -> str:
     return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
 

@@ -5,6 +5,7 @@
     ablate-table SWEEP_DIR --bench --save         # speed from an interleaved benchmark (ablate-bench)
     ablate-table SWEEP_DIR --columns task         # one accuracy column per task, plus avg
     ablate-table SWEEP_DIR --rows a,b --test welch  # these rows in this order; Welch's test
+    ablate-table SWEEP_DIR --ladder off           # a size sweep as the flat table, not a scale ladder
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from ablate.report.formats import FORMATS, render, rich_table
 from ablate.report.plot import plot
 from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
+from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE
 from ablate.report.stats import TESTS
 from ablate.sweep import load_sweep_records
@@ -39,8 +41,13 @@ def _parser() -> argparse.ArgumentParser:
                    "column per value, plus avg; default: the experiment's columns ('none': no pivot)")
     p.add_argument("--rows", metavar="A,B,C", help="the rows shown, in this order (variant keys, labels or "
                    "values, comma-separated); default: the experiment's rows, else all")
+    p.add_argument("--ladder", choices=LADDER_MODES, default="auto",
+                   help="a sweep with a size key swept (model.size, model.d_model, model.n_layers, model.n_heads) "
+                   "is a scale ladder: rows = variants, per rung the loss and the compute multiplier vs the "
+                   "baseline, then the trend with scale (auto, the default); 'off': the flat table; "
+                   "'on': a ladder or an error")
     p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} (and curves.png, lr.png "
-                   "when the records support them) into the sweep directory")
+                   "when the records support them; a ladder: scaling.png, not table.png) into the sweep directory")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
                    help="log the table and plot to the sweep's wandb group, as a run of job_type 'table' "
                    "(default: on when the sweep's runs were logged to wandb)")
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     try:
         table = build_table(records, baseline=args.baseline, bench=bench, test=args.test, columns=args.columns,
-                            rows=args.rows)
+                            rows=args.rows, ladder=args.ladder)
     except ValueError as err:
         print(f"ablate-table: {err}", file=sys.stderr)
         return 2

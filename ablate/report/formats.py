@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ablate.report.caption import sci
+from ablate.report.ladder import LadderRow, LadderTable
 from ablate.report.table import Row, SweepTable
 
 FORMATS = ("terminal", "markdown", "latex", "csv")
@@ -106,6 +108,8 @@ def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable,
 
 def csv_fields(t: SweepTable) -> list[Field]:
     """The CSV's (and the wandb.Table's) columns as ``(name, getter(table, row))``, in order."""
+    if isinstance(t, LadderTable):
+        return _ladder_fields(t)
     if t.pivoted:
         fields: list[Field] = [_BASE_FIELDS[0]]
         for v in t.column_values:
@@ -142,11 +146,7 @@ def _si(value: float | None, digits: int = 1) -> str:
 
 
 def _sci(value: float | None) -> str:
-    """``1.2e12``: FLOPs, compactly."""
-    if value is None:
-        return DASH
-    mantissa, exp = f"{value:.1e}".split("e")
-    return f"{mantissa}e{int(exp)}"
+    return DASH if value is None else sci(value)
 
 
 def _delta(row: Row, ci: bool = True) -> str:
@@ -177,6 +177,8 @@ class Column:
 def columns(t: SweepTable) -> list[Column]:
     """The columns of the terminal, markdown and LaTeX tables, in order."""
     variant = Column("variant", lambda r, x: r.label, left=True)
+    if isinstance(t, LadderTable):
+        return [variant, *_ladder_columns(t)]
     runs = Column("runs", lambda r, x: r.status, left=True)
     if t.pivoted:
         cells = [Column(f"{t.column_label(v)} (%)",
@@ -209,6 +211,80 @@ def columns(t: SweepTable) -> list[Column]:
     if t.steps_differ:
         cols.append(Column("steps", lambda r, x: DASH if r.steps is None else f"{r.steps:.0f}"))
     return cols + [runs]
+
+
+# ---------------------------------------------------------------------------------------------
+# A ladder's columns (ablate.report.ladder): per rung the loss and the CM, then the trend
+# ---------------------------------------------------------------------------------------------
+
+def _cm_text(cell, x: str) -> str:
+    """``2.00x [1.60, 2.50]``, ``†`` when extrapolated; ``–`` without a CM."""
+    m = cell.multiplier if cell is not None else None
+    if m is None or m.cm is None:
+        return DASH
+    def num(v: float) -> str:
+        return "∞" if v == float("inf") else f"{v:.2f}"
+    text = f"{num(m.cm)}{x}" + (f" [{num(m.ci_low)}, {num(m.ci_high)}]" if m.ci_low is not None else "")
+    return text + (" †" if m.extrapolated else "")
+
+
+def _trend_text(row: LadderRow) -> str:
+    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``– (2 rungs)``: the reason, shortly."""
+    t = row.trend
+    if t is None:
+        return DASH
+    if t.slope is None:
+        return f"{DASH} ({t.reason.split(':')[0]})" if t.reason else DASH
+    text = f"{t.slope:+.2f}" + (f" [{t.ci_low:+.2f}, {t.ci_high:+.2f}]" if t.ci_low is not None else " (no CI)")
+    return text + (" ‡" if t.scale_dependent else "")
+
+
+def _ladder_columns(t: LadderTable) -> list[Column]:
+    cols = []
+    for rung in t.rungs:
+        cols += [Column(f"{rung} loss", lambda r, x, g=rung: _loss_pm(r.cells.get(g))),
+                 Column(f"{rung} CM", lambda r, x, g=rung: DASH if r.is_baseline else _cm_text(r.cells.get(g), x))]
+    return cols + [Column("trend (log CM / log C)", lambda r, x: DASH if r.is_baseline else _trend_text(r))]
+
+
+def _loss_pm(cell) -> str:
+    if cell is None or cell.loss_mean is None:
+        return DASH
+    return f"{cell.loss_mean:.3f}" + (f" ± {cell.loss_std:.3f}" if cell.loss_std is not None else "")
+
+
+def _multiplier_getter(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
+    def get(t, r):
+        cell = r.cells.get(rung)
+        m = cell.multiplier if cell is not None else None
+        return getattr(m, attr) if m is not None else None
+    return get
+
+
+def _cell_value(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
+    return lambda t, r: getattr(r.cells[rung], attr) if rung in r.cells else None
+
+
+def _trend_value(attr: str) -> Callable[[Any, LadderRow], Any]:
+    return lambda t, r: getattr(r.trend, attr) if r.trend is not None else None
+
+
+def _ladder_fields(t: LadderTable) -> list[Field]:
+    """A ladder's CSV: ``variant``, per rung R ``R_loss``, ``R_loss_std``, ``R_n``, ``R_flops``,
+    ``R_cm``, ``R_cm_ci_low``, ``R_cm_ci_high``, ``R_extrapolated``; then the trend, its CI,
+    ``scale_dependent``, ``trend_note``, and ``overrides``, ``is_baseline``, ``status``."""
+    fields: list[Field] = [_BASE_FIELDS[0]]
+    for g in t.rungs:
+        fields += [(f"{g}_loss", _cell_value(g, "loss_mean")), (f"{g}_loss_std", _cell_value(g, "loss_std")),
+                   (f"{g}_n", _cell_value(g, "n")), (f"{g}_flops", _cell_value(g, "flops")),
+                   (f"{g}_cm", _multiplier_getter(g, "cm")), (f"{g}_cm_ci_low", _multiplier_getter(g, "ci_low")),
+                   (f"{g}_cm_ci_high", _multiplier_getter(g, "ci_high")),
+                   (f"{g}_extrapolated", _multiplier_getter(g, "extrapolated"))]
+    return fields + [("trend", _trend_value("slope")), ("trend_ci_low", _trend_value("ci_low")),
+                     ("trend_ci_high", _trend_value("ci_high")), ("scale_dependent", _trend_value("scale_dependent")),
+                     ("trend_note", _trend_value("reason")), ("overrides", lambda t, r: r.key),
+                     ("is_baseline", lambda t, r: r.is_baseline),
+                     ("status", lambda t, r: r.status)]
 
 
 def _cells(t: SweepTable, row: Row, times: str = "x") -> list[tuple[str, str]]:
@@ -258,7 +334,8 @@ def to_markdown(t: SweepTable) -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$", "Δ": r"$\Delta$", "×": r"$\times$"}
+                  "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$", "Δ": r"$\Delta$", "×": r"$\times$",
+                  "†": r"$^\dagger$", "‡": r"$^\ddagger$", "∞": r"$\infty$", "τ": r"$\tau$"}
 
 
 def latex_escape(text: str) -> str:

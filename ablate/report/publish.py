@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
-from ablate.report.plot import curves, lr_plot, plot
+from ablate.report.ladder import LadderTable
+from ablate.report.plot import curves, lr_plot, plot, scaling_plot
 from ablate.report.table import SweepTable
 from ablate.results import write_text_atomic
 
@@ -25,15 +26,19 @@ def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
     """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir``
     atomically, and the figures the records support: ``curves.png`` (validation loss vs training
     FLOPs, when runs recorded ``metrics.history``) and ``lr.png`` (a tuned sweep's validation
-    metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written."""
+    metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written. A ladder
+    (``LadderTable``) has ``scaling.png`` (``plot.scaling_plot``) as its png, and no other figure."""
     d = Path(sweep_dir)
     d.mkdir(parents=True, exist_ok=True)
     written = {
         "markdown": write_atomic(d / "table.md", to_markdown(table)),
         "latex": write_atomic(d / "table.tex", to_latex(table)),
         "csv": write_atomic(d / "table.csv", to_csv(table)),
-        "png": plot(table, d / "table.png"),
     }
+    if isinstance(table, LadderTable):  # a ladder's figure is scaling.png (its "png")
+        written["png"] = scaling_plot(table, d / "scaling.png")
+        return written
+    written["png"] = plot(table, d / "table.png")
     for name, draw in (("curves", curves), ("lr", lr_plot)):
         path = draw(table, d / f"{name}.png")
         if path is not None:
@@ -65,11 +70,13 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
 
     group = table.wandb_group or Path(sweep_dir).resolve().name
     run_id = table_run_id(sweep_dir, group)
-    config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
-              "metric": table.metric, "experiment": table.experiment, "sweep_dir": str(Path(sweep_dir).resolve()),
-              "significance_test": table.significance_test, "eval_lengths": table.eval_lengths,
-              "smoke": bool(table.smoke), "test": table.test, "columns": table.columns_key,
-              "rows": [r.key for r in table.rows], "tuned": table.tuned}
+    ladder = isinstance(table, LadderTable)
+    config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "experiment": table.experiment,
+              "sweep_dir": str(Path(sweep_dir).resolve()), "smoke": bool(table.smoke),
+              "rows": [r.key for r in table.rows], "layout": "ladder" if ladder else "flat"}
+    config.update({"rungs": table.rungs, "size_keys": table.size_keys, "n_boot": table.n_boot} if ladder else {
+        "speed_source": table.speed_source, "metric": table.metric, "significance_test": table.significance_test,
+        "eval_lengths": table.eval_lengths, "test": table.test, "columns": table.columns_key, "tuned": table.tuned})
     try:
         import wandb
 
@@ -83,17 +90,19 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         data = [[v if not isinstance(v, float) or math.isfinite(v) else None for v in row] for row in csv_rows(table)]
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
         if png_path is not None and Path(png_path).is_file():
-            payload["ablation_plot"] = wandb.Image(str(png_path), caption=table.caption())
+            payload["scaling" if ladder else "ablation_plot"] = wandb.Image(str(png_path), caption=table.caption())
         for name, key in (("curves", "learning_curves"), ("lr", "lr_sweep")):
             path = (figures or {}).get(name)
             if path is not None and Path(path).is_file():
                 payload[key] = wandb.Image(str(path))
         run.log(payload)
         run.summary.update({
-            "baseline": table.baseline, "baseline_key": table.baseline_key, "speed_source": table.speed_source,
-            "speed_note": table.speed_note, "metric": table.metric, "significance_test": table.significance_test,
-            "n_variants": len(table.rows), "n_runs": table.n_records, "caption": table.caption(),
-            "smoke": bool(table.smoke), "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
+            "baseline": table.baseline, "baseline_key": table.baseline_key, "n_variants": len(table.rows),
+            "n_runs": table.n_records, "caption": table.caption(), "smoke": bool(table.smoke),
+        })
+        run.summary.update(_ladder_summary(table) if ladder else {
+            "speed_source": table.speed_source, "speed_note": table.speed_note, "metric": table.metric,
+            "significance_test": table.significance_test, "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
             "n_comparisons": table.n_comparisons, "columns": table.columns_key,
         })
         logged = run_dir(run)
@@ -105,3 +114,11 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         for old in superseded_runs(sweep_dir, run_id, logged):
             shutil.rmtree(old, ignore_errors=True)
     return logged
+
+
+def _ladder_summary(table: LadderTable) -> dict[str, Any]:
+    """A ladder's run summary: the rungs, the baseline curve and the rank agreement."""
+    ladder = table.ladder
+    return {"layout": "ladder", "rungs": table.rungs, "curve": ladder.curve.kind if ladder.curve else None,
+            "curve_reason": ladder.curve_reason, "kendall_tau": ladder.ranks.tau,
+            "decision_accuracy": ladder.ranks.decision_accuracy, "rank_reason": ladder.ranks.reason}

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
+from ablate.report.ladder import N_BOOT, LadderTable, NotALadder, build_ladder, is_ladder
 from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
                                          metric_of, sharing_of, smoke_of, train_length)
 from ablate.report.records import bench_speeds, load_bench, sort_records
@@ -144,7 +145,8 @@ class SweepTable(CaptionText):
 
 def build_table(records: list[dict], baseline: str | None = None, bench: dict | None = None,
                 test: str = "paired", columns: str | None = None,
-                rows: str | Iterable[str] | None = None) -> SweepTable:
+                rows: str | Iterable[str] | None = None, ladder: str = "auto",
+                n_boot: int = N_BOOT) -> SweepTable | LadderTable:
     """Summarise records (``load_records``) into one row per variant, in sweep order.
 
     Baseline: ``baseline`` (an override string, a label or a value) > the records'
@@ -155,6 +157,8 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
     pivot; default: ``experiment.columns``). ``rows``: the rows shown, in order (variant keys,
     labels or values; a list or a comma-separated string; default: ``experiment.rows``, else all).
     A tuned sweep (``sweep.json`` with a ``tune`` block) shows each variant's runs at its chosen lr.
+    ``ladder``: ``auto`` (a sweep with a size key swept is a ``LadderTable``, ``ladder``), ``on``
+    (a ladder or a ValueError) or ``off`` (the flat table); ``n_boot``: a ladder's bootstrap replicates.
     Raises ValueError for an unknown ``baseline``, ``columns`` key or ``rows`` entry (listing the
     valid ones), an unknown ``test``, or no records.
     """
@@ -170,6 +174,13 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
 
     exp = experiment_of(records)
     swept, tune = _read_sweep(records)
+    if is_ladder(swept, ladder):
+        try:
+            return build_ladder(records, swept, baseline=baseline, n_boot=n_boot)
+        except NotALadder as err:
+            if ladder == "on":
+                raise
+            warnings.warn(f"{err}; showing the flat table", stacklevel=2)
     records, at_default = final_runs(records, swept, tune)
     lengths, train_len, beyond = _lengths(records)
     flat = _variant_rows(records, swept, exp["labels"], lengths)

@@ -1,0 +1,143 @@
+"""ablate.report.ladder: a sweep with a size key swept -> the scale-ladder layout.
+
+The records are synthetic fixture inputs in the documented ``result.json`` format (docs/internals.md):
+the baseline's final validation loss follows a known power law in training compute, and the other
+variant reaches at compute C the loss the baseline reaches at 2C, so its compute multiplier is 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate.report import LadderTable, build_table, render, save_outputs
+from ablate.report.formats import FORMATS
+
+RUNGS = ["xs", "s", "m", "l"]
+FLOPS = {"xs": 1e12, "s": 4e12, "m": 1.6e13, "l": 6.4e13}
+E, A, ALPHA = 1.5, 2.0, 0.3
+NOISE = [-0.004, 0.0, 0.004]            # per seed; zero mean, so a cell's mean is the law exactly
+
+
+def law(c: float) -> float:
+    return E + A * (c / 1e12) ** -ALPHA
+
+
+def ladder_records(rungs=RUNGS, status_of=None) -> list[dict]:
+    recs, num = [], 0
+    for rung in rungs:
+        for ffn, shift in (("gelu", 1.0), ("swiglu", 2.0)):   # swiglu: the baseline's loss at 2x compute
+            for seed, noise in enumerate(NOISE):
+                c = FLOPS[rung]
+                loss = law(shift * c) + noise
+                recs.append({
+                    "status": "ok", "overrides": [f"model.size={rung}", f"ffn={ffn}", f"seed={seed}"],
+                    "choices": {}, "experiment": {"name": "ffn_ladder", "baseline": "ffn=gelu"},
+                    "config": {"seed": seed, "task": {"name": "lm", "seq_len": 64}},
+                    "metrics": {"metric": "token_accuracy", "accuracy": 0.5, "loss": loss, "tokens_per_s": 1e3,
+                                "params": 1000, "steps": 10, "train_flops": c, "final_loss": loss,
+                                "val": {"accuracy": 0.5, "loss": loss}},
+                    "budget": {"match": "tokens_per_param", "tokens_per_param": 20},
+                    "wandb": {"project": "ablate-test", "group": "ladder-g", "name": f"job{num}", "dir": ""},
+                    "job": {"num": num, "dir": f"/x/{num}", "sweep_dir": "/x"},
+                })
+                num += 1
+    return recs
+
+
+@pytest.fixture(scope="module")
+def table() -> LadderTable:
+    t = build_table(ladder_records(), n_boot=200)
+    assert isinstance(t, LadderTable)
+    return t
+
+
+def test_ladder_detected_and_rungs_ordered_by_flops(table):
+    assert table.rungs == RUNGS and table.size_keys == ["model.size"]
+    assert [r.label for r in table.rows] == ["gelu", "swiglu"]
+    assert table.rows[0].is_baseline and table.baseline == "gelu"
+    assert table.ladder.curve is not None and table.ladder.curve.kind == "power law"
+
+
+def test_cm_is_two_at_interior_rungs_and_trend_flat(table):
+    swiglu = table.rows[1]
+    for rung in ("s", "m"):
+        m = swiglu.cells[rung].multiplier
+        assert m.cm == pytest.approx(2.0, rel=0.02)
+        assert not m.extrapolated and m.ci_low <= m.cm <= m.ci_high
+    assert swiglu.cells["l"].multiplier.extrapolated            # its loss is below the baseline's lowest
+    assert swiglu.trend.slope == pytest.approx(0.0, abs=0.02)
+    md = render(table, "markdown")
+    assert "2.00x \\[" in md and "†" in md
+    cap = table.caption()
+    assert "power law" in cap and "Kendall's τ smallest vs largest rung = +1.00" in cap
+    assert "decision accuracy = 1.00" in cap and "B = 200" in cap and "C_baseline(L_variant) / C_variant" in cap
+
+
+def test_two_rungs_give_the_trend_reason_not_a_number():
+    t = build_table(ladder_records(rungs=["xs", "s"]), n_boot=100)
+    assert isinstance(t, LadderTable) and t.rows[1].trend.slope is None
+    md = render(t, "markdown")
+    assert "– (2 rungs)" in md
+    assert "log-log line" in t.caption()
+
+
+def test_every_format_renders(table):
+    for fmt in FORMATS:
+        text = render(table, fmt)
+        assert "swiglu" in text
+    latex = render(table, "latex")
+    assert r"$^\dagger$" in latex and "†" not in latex
+    assert "xs CM" in render(table, "terminal", width=400)
+
+
+def test_csv_has_the_documented_columns(table):
+    rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
+    expected = ["variant"]
+    for g in RUNGS:
+        expected += [f"{g}_{c}" for c in ("loss", "loss_std", "n", "flops", "cm", "cm_ci_low", "cm_ci_high",
+                                          "extrapolated")]
+    expected += ["trend", "trend_ci_low", "trend_ci_high", "scale_dependent", "trend_note", "overrides",
+                 "is_baseline", "status"]
+    assert list(rows[0]) == expected
+    assert float(rows[1]["m_cm"]) == pytest.approx(2.0, rel=0.02) and rows[1]["m_n"] == "3"
+    assert rows[1]["l_extrapolated"] == "True" and rows[0]["is_baseline"] == "True"
+
+
+def test_save_outputs_writes_scaling_png(table, tmp_path):
+    written = save_outputs(table, tmp_path)
+    png = tmp_path / "scaling.png"
+    assert written["png"] == png and png.stat().st_size > 10_000
+    assert (tmp_path / "table.csv").is_file() and not (tmp_path / "table.png").exists()
+
+
+def test_ladder_off_gives_the_flat_table():
+    t = build_table(ladder_records(), ladder="off")
+    assert not isinstance(t, LadderTable)
+    assert len(t.rows) == 8 and "accuracy (%)" in render(t, "markdown")
+
+
+def test_ladder_on_without_a_size_key_raises():
+    recs = [r for r in ladder_records() if "model.size=xs" in r["overrides"]]
+    assert not isinstance(build_table(recs), LadderTable)
+    with pytest.raises(ValueError, match="size key"):
+        build_table(recs, ladder="on")
+
+
+@pytest.mark.slow
+def test_cli_writes_the_ladder_csv(tmp_path):
+    for rec in ladder_records():
+        d = tmp_path / str(rec["job"]["num"])
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps(rec))
+    out = subprocess.run([sys.executable, "-m", "ablate.report.cli", str(tmp_path), "--format", "csv", "--no-wandb",
+                          "--save"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("variant,xs_loss,xs_loss_std")
+    assert (Path(tmp_path) / "scaling.png").is_file()
