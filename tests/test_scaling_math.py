@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ablate.report.scaling import (INTERPOLATION, LINE, POWER_LAW, fit_baseline, fit_power_law, monotone_points,
-                                   rank_agreement, scale_ladder)
+from ablate.report.loss_curve import INTERPOLATION, LINE, POWER_LAW, fit_baseline, fit_power_law, monotone_points
+from ablate.report.scaling import rank_agreement, scale_ladder
 
 E, A, ALPHA = 1.7, 7e4, 0.3                       # L ≈ 4.0 at 1e15 FLOPs, ≈ 2.4 at 6.4e16
 RUNGS4 = np.array([1e15, 4e15, 1.6e16, 6.4e16])
