@@ -64,33 +64,95 @@ def test_softmax_pattern_is_the_plain_sdpa_path():
 
 # ------------------------------------------------------------------------------ local attention
 
+def keys_seen(pattern: Local, T: int, causal: bool) -> list[list[int]]:
+    """The keys each query attends to, read off the attention weights of ``pattern``'s forward: with
+    equal scores (q = k = 0) and one-hot values, output row i is uniform over the keys query i sees."""
+    q = torch.zeros(1, 1, T, 4)
+    v = torch.eye(T)[None, None]
+    y = pattern(q, q, v, None, causal)[0, 0]
+    return [torch.nonzero(row > 0).flatten().tolist() for row in y]
+
+
+def window_keys(i: int, T: int, window: int, causal: bool) -> list[int]:
+    """The documented definition: ``window`` positions besides the query's own, all before it in a
+    decoder, window/2 on each side in an encoder, cut at the ends of the sequence."""
+    before, after = (window, 0) if causal else (window // 2, window // 2)
+    return list(range(max(0, i - before), min(T - 1, i + after) + 1))
+
+
+WINDOWS = [(True, w) for w in (1, 2, 3, 4, 7, 8, 11, 12, 30)] + [(False, w) for w in (2, 4, 6, 8, 20, 22, 30)]
+
+
+@pytest.mark.parametrize("causal,window", WINDOWS, ids=[f"{'decoder' if c else 'encoder'}-w{w}" for c, w in WINDOWS])
+def test_local_window_is_the_number_of_other_positions_each_query_sees(causal, window):
+    T = 12
+    seen = keys_seen(Local(8, 1, causal, window=window), T, causal)
+    assert seen == [window_keys(i, T, window, causal) for i in range(T)]
+    reach = window if causal else window // 2
+    counts = [min(i, reach) + 1 + (0 if causal else min(T - 1 - i, reach)) for i in range(T)]
+    assert [len(keys) for keys in seen] == counts  # fewer at the ends of the sequence
+    for i in range(T):
+        if i - reach >= 0 and (causal or i + reach <= T - 1):  # the whole window inside: w + 1 keys
+            assert len(seen[i]) == window + 1
+    if reach >= T - 1:  # a window covering the input: every allowed key
+        assert seen == [list(range(i + 1 if causal else T)) for i in range(T)]
+
+
+def test_local_window_holds_as_many_keys_in_a_decoder_as_in_an_encoder():
+    T, window = 20, 8
+    decoder = keys_seen(Local(8, 1, True, window=window), T, True)
+    encoder = keys_seen(Local(8, 1, False, window=window), T, False)
+    assert len(decoder[T - 1]) == len(encoder[T // 2]) == window + 1
+
+
+@pytest.mark.parametrize("window", [1, 3, 15])
+def test_local_refuses_an_odd_window_in_an_encoder(window):
+    from test_model import make_cfg
+
+    def attention_problems(causal):
+        cfg = {**make_cfg(causal=causal, attention={"name": "local", "window": window}),
+               "task": {"_target_": "x", "seq_len": 8}}
+        return [p for p in config_problems(cfg) if p.startswith("attention")]
+
+    problems = attention_problems(False)
+    assert len(problems) == 1 and f"attention.window={window} cannot be split evenly" in problems[0], problems
+    assert problems[0].endswith(f"e.g. {window - 1} or {window + 1}" if window > 1 else "e.g. 2")
+    assert not attention_problems(True)  # a decoder's window is all on one side
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        Local(8, 2, False, window=window)
+
+
 @pytest.mark.parametrize("pos", ["rope", "alibi", "t5_bias", "learned", "deberta"])
 @pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
 def test_local_ignores_tokens_beyond_the_window(pos, causal):
-    w, T, i = 3, 16, 8
+    w, T, i = 4, 16, 8
+    reach = w if causal else w // 2  # how far the window extends on each side it has
     model = build(causal=causal, n_layers=1, pos_enc=pos, attention={"name": "local", "window": w})
     torch.manual_seed(2)
     tokens = torch.randint(0, VOCAB, (2, T))
-    for j in [0, i - w - 1] + ([] if causal else [i + w + 1, T - 1]):  # farther than w from i
+    for j in [0, i - reach - 1] + ([] if causal else [i + reach + 1, T - 1]):  # outside the window
         changed = tokens.clone()
         changed[:, j] = (changed[:, j] + 1) % VOCAB
         with torch.no_grad():
             torch.testing.assert_close(model(tokens)[:, i], model(changed)[:, i])
-    near = tokens.clone()
-    near[:, i - w] = (near[:, i - w] + 1) % VOCAB  # inside the window: it matters
-    with torch.no_grad():
-        assert not torch.allclose(model(tokens)[:, i], model(near)[:, i])
+    for j in [i - reach] + ([] if causal else [i + reach]):  # the window's farthest keys: they matter
+        near = tokens.clone()
+        near[:, j] = (near[:, j] + 1) % VOCAB
+        with torch.no_grad():
+            assert not torch.allclose(model(tokens)[:, i], model(near)[:, i])
 
 
 @pytest.mark.parametrize("pos", ["rope", "alibi", "kerple", "deberta"])
 @pytest.mark.parametrize("causal", [True, False], ids=["decoder", "encoder"])
-def test_local_with_a_window_as_long_as_the_input_is_softmax(pos, causal):
-    tokens = torch.randint(1, VOCAB, (2, 10))
+def test_local_with_a_window_covering_the_input_is_softmax(pos, causal):
+    T = 10
+    tokens = torch.randint(1, VOCAB, (2, T))
     tokens[1, 7:] = 0  # right padding (the encoder masks it)
     kw = dict(causal=causal, pos_enc=pos, pad_id=0)
+    window = T - 1 if causal else 2 * (T - 1)  # the first query sees the last key in an encoder
     with torch.no_grad():
         full = build(**kw)(tokens)
-        local = build(attention={"name": "local", "window": 10}, **kw)(tokens)
+        local = build(attention={"name": "local", "window": window}, **kw)(tokens)
     torch.testing.assert_close(local, full)
 
 
@@ -109,7 +171,7 @@ def test_local_band_is_the_window():
     band = Local(8, 2, True, window=2).band(5, torch.device("cpu"), True)
     assert band.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0],
                                    [0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
-    band = Local(8, 2, False, window=1).band(4, torch.device("cpu"), False)
+    band = Local(8, 2, False, window=2).band(4, torch.device("cpu"), False)
     assert band.int().tolist() == [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]]
 
 

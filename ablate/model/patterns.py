@@ -162,17 +162,45 @@ class Softmax(Pattern):
 
 
 class Local(Pattern):
-    """Sliding-window attention: query i sees key j only when |i - j| <= ``window``, to the left
-    in a decoder (j <= i) and on both sides in an encoder (Beltagy et al. 2020, Longformer §3.1;
-    Jiang et al. 2023, Mistral 7B §2 "Sliding Window Attention"). Softmax attention under a band
-    mask, combined with the model's own mask (position bias, padding, ``mask_self``); a query
-    whose window holds no allowed key attends to its whole window rather than to nothing. The
-    band is materialised (T×T), so it saves receptive field, not memory, on this implementation."""
+    """Sliding-window attention. ``window`` = w is the number of positions besides its own that a
+    query sees, so each query attends to w + 1 keys (itself included), decoder or encoder:
+
+        decoder: the w positions before it, i - w <= j <= i (Jiang et al. 2023, Mistral 7B §2:
+                 "positions between i - W and i");
+        encoder: w/2 positions on each side, |i - j| <= w/2 (Beltagy et al. 2020, Longformer §3.1:
+                 "½w tokens on each side"), so w must be even in an encoder (validation refuses an
+                 odd one).
+
+    Near the ends of the sequence fewer keys exist: min(i, w) + 1 in a decoder, min(i, w/2) + 1 +
+    min(T-1-i, w/2) in an encoder (0-based i); w >= T-1 (decoder) or w/2 >= T-1 (encoder) is full
+    attention. This is FlashAttention's ``window_size=(w, 0)`` or ``(w/2, w/2)``; where a "window of
+    W" counts the query itself (W keys), set window = W - 1. Softmax attention under a band mask,
+    combined with the model's own mask (position bias, padding, ``mask_self``); a query whose window
+    holds no allowed key attends to its whole window rather than to nothing. The band is
+    materialised (T×T), so it saves receptive field, not memory, on this implementation."""
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, window: PositiveInt = 16) -> None:
         super().__init__(d_model, n_heads, causal)
+        problem = self.window_problem(window, causal)
+        if problem:
+            raise ValueError(problem)
         self.window = window
         self._bands: dict[tuple, Tensor] = {}
+
+    @staticmethod
+    def window_problem(window: Any, causal: bool) -> str | None:
+        """Why ``window`` cannot be used for this model, or None: an encoder splits it evenly."""
+        if causal or not isinstance(window, int) or window % 2 == 0:
+            return None
+        even = " or ".join(str(w) for w in (window - 1, window + 1) if w > 0)
+        return (f"attention.window={window} cannot be split evenly around a query of an encoder "
+                f"(model.causal=false): the window is the number of positions a query sees besides its own, "
+                f"window/2 on each side (Longformer's w); use an even window, e.g. {even}")
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Context) -> list[str]:
+        problem = cls.window_problem(settings.get("window"), context.causal)
+        return [problem] if problem else []
 
     def band(self, T: int, device: torch.device, causal: bool) -> Tensor:
         """(T, T) bool: True where key j is inside query i's window."""
@@ -184,8 +212,9 @@ class Local(Pattern):
 
     def _band(self, T: int, device: torch.device, causal: bool) -> Tensor:
         i, j = torch.arange(T, device=device)[:, None], torch.arange(T, device=device)[None, :]
-        band = (i - j).abs() <= self.window
-        return band & (j <= i) if causal else band
+        if causal:  # the w positions before i, and i
+            return (j <= i) & (i - j <= self.window)
+        return (i - j).abs() <= self.window // 2  # w/2 on each side, and i
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
                 dropout: float = 0.0) -> Tensor:
