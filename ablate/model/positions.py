@@ -412,17 +412,26 @@ class Kerple(Position):
 
 
 def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, device: torch.device) -> Tensor:
-    """δ(i, j) of DeBERTa (He et al. 2021, eq. 3), (q_len, k_len) indices into 2·``buckets``
-    relative embeddings: the distance i - j, exact up to buckets/2 and log-bucketed beyond, up
-    to ``max_distance`` (DeBERTa v2's log buckets), clipped to [-buckets, buckets) and shifted
-    by ``buckets``."""
-    i = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-    rel = i - torch.arange(k_len, device=device)[None, :]
-    mid, far = max(buckets // 2, 1), rel.abs()
-    scale = (buckets - mid) / math.log(max(max_distance, mid + 1) / mid)
-    logged = mid + (torch.log(far.float().clamp(min=1) / mid) * scale).long()
-    bucket = torch.where(far <= mid, far, logged) * rel.sign()
-    return bucket.clamp(-buckets, buckets - 1) + buckets
+    """δ(i, j) of DeBERTa (He et al. 2021, eq. 3) with DeBERTa-v2's log buckets
+    (``make_log_bucket_position(relative_pos, bucket_size, max_position)`` of the released code, with
+    bucket_size = ``buckets`` and max_position = ``max_distance``), as (q_len, k_len) indices into the
+    2·``buckets`` relative embeddings. For r = i - j (query minus key, queries the last q_len of the
+    k_len positions) and mid = buckets // 2, the bucket is r itself while |r| <= mid, and beyond
+
+        sign(r) · (mid + ⌈(mid - 1) · ln(|r| / mid) / ln((max_distance - 1) / mid)⌉),
+
+    which is ±(2·mid - 1) at |r| = max_distance - 1 and keeps growing past it. As DeBERTa's
+    gather does, the bucket is then clamped to [-buckets, buckets - 1] and shifted by ``buckets``.
+    So for an even ``buckets`` >= 4 (32 by default) the buckets are odd up to |r| = max_distance - 1
+    (b(-r) = -b(r), within ±(buckets - 1)); farther, keys before the query share +(buckets - 1)
+    with r = max_distance - 1, and keys after it share -buckets (index 0), a row no nearer key
+    uses. Computed on the CPU in float64 (the ceil of the real-valued log), then moved to ``device``."""
+    mid, r = buckets // 2, torch.arange(-(k_len - 1), k_len, dtype=torch.float64, device="cpu")  # every i - j
+    far = r.abs().clamp(min=mid)  # the log is only used where |r| > mid
+    logged = mid + torch.ceil((mid - 1) * torch.log(far / mid) / math.log((max_distance - 1) / mid))
+    bucket = torch.where(r.abs() <= mid, r, logged * r.sign()).clamp(-buckets, buckets - 1).long() + buckets
+    i = torch.arange(k_len - q_len, k_len, device="cpu")[:, None]
+    return bucket[i - torch.arange(k_len, device="cpu")[None, :] + k_len - 1].to(device)
 
 
 class DeBERTa(Position):
@@ -431,7 +440,11 @@ class DeBERTa(Position):
 
         A_ij = (Q^c_i·K^c_j + Q^c_i·K^r_δ(i,j) + K^c_j·Q^r_δ(j,i)) / √(3·d_h)
 
-    with K^r = P W_k,r and Q^r = P W_q,r from 2·``buckets`` relative embeddings P (``deberta_delta``).
+    with K^r = P W_k,r and Q^r = P W_q,r from 2·``buckets`` relative embeddings P, and δ DeBERTa-v2's
+    log buckets of i - j (``deberta_delta``: exact up to ``buckets``/2, ±(buckets - 1) at
+    ``max_distance`` - 1 for an even ``buckets``). The position-to-content term uses δ(j, i), as
+    eq. 4 writes it; the released code indexes it by the bucket of i - j instead (``-relative_pos``
+    in its p2c gather).
     The position terms come through ``score_bias``; ``rotate`` scales the content queries by 1/√3
     so that SDPA's 1/√d_h gives the content term its 1/√(3·d_h). P, W_k,r and W_q,r are shared by
     all layers (the position module is one per model; DeBERTa v1 has one projection pair per
@@ -439,6 +452,9 @@ class DeBERTa(Position):
 
     def __init__(self, d_model: int, n_heads: int, causal: bool, max_len: int,
                  buckets: PositiveInt = 32, max_distance: PositiveInt = 128) -> None:
+        if buckets < 2 or max_distance <= buckets // 2 + 1:
+            raise ValueError(f"DeBERTa's log buckets need buckets >= 2 and max_distance > buckets // 2 + 1 "
+                             f"(got buckets={buckets}, max_distance={max_distance})")
         super().__init__(d_model, n_heads, causal, max_len)
         self.buckets, self.max_distance = buckets, max_distance
         self.rel = nn.Embedding(2 * buckets, d_model)
