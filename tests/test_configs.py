@@ -59,11 +59,16 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
     cfg = compose_cfg([f"experiment={name}", "hydra.sweeper.params.seed=0"])  # sweep params are overridable
 
 
+#: experiments that run fewer than 3 seeds by default, and why
+FEWER_SEEDS = {"ladder": "3 rungs x 3 rows: 2 seeds keep its 18 runs within 15 minutes on 2 cores"}
+
+
 def test_experiments_declare_sweeps_seeds_and_budget() -> None:
     for path in (REPO / "experiments").glob("*.yaml"):
         raw = OmegaConf.load(path)
         params = raw.hydra.sweeper.params
-        assert str(params.seed) == "0,1,2", f"{path.name}: 3 seeds by default"
+        expected = "0,1" if path.stem in FEWER_SEEDS else "0,1,2"
+        assert str(params.seed) == expected, f"{path.name}: 3 seeds by default (fewer only in FEWER_SEEDS, with why)"
         if raw.experiment.get("design"):
             assert "baseline" not in raw.experiment, f"{path.name}: a design's baseline is its base row"
             continue
