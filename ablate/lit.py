@@ -264,6 +264,20 @@ class Checkpointer(pl.Callback):
         self.path, self.every_n_steps, self.at_end = Path(path), int(every_n_steps), at_end
         self.stop_signal: int | None = None
         self.wandb_run_id: str | None = None  # saved along, so that a resumed job continues its run
+        self._trainer: pl.Trainer | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+
+    def request_stop(self, signum: int) -> None:
+        """Stop at the next step boundary, after a checkpoint (called from a signal handler)."""
+        self.stop_signal = signum
+        # Lightning's own SIGTERM handler runs first (it chains to ours) and flags the trainer, which
+        # then leaves at the end of the step it is in with a bare SystemExit: exit code 0, no checkpoint
+        # at that step, no interrupted record. One path stops a job: this callback's.
+        connector = getattr(self._trainer, "_signal_connector", None)
+        if connector is not None:
+            connector.received_sigterm = False
 
     def state_dict(self) -> dict[str, Any]:
         import random

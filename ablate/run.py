@@ -153,7 +153,7 @@ class _StopSignals:
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
-        self.checkpointer.stop_signal = signum
+        self.checkpointer.request_stop(signum)
 
     def __enter__(self) -> "_StopSignals":
         for signum in STOP_SIGNALS:
