@@ -286,7 +286,7 @@ def _trainer_dry_build(trainer: Mapping[str, Any]) -> list[str]:
 
 def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     """The plain (non-component) nodes: every leaf key type- and range-checked."""
-    from ablate.lit import OptimSettings
+    from ablate.optim import OptimSettings
     from ablate.measure import MeasureSettings
 
     problems = [f"{key}: not a key of the config; valid top-level keys: {', '.join(ROOT_KEYS)}"

@@ -1,4 +1,6 @@
-"""The LightningModule: trains whatever model it is given on ``(tokens, targets)`` batches.
+"""Everything that runs inside Lightning: the LightningModule, which trains whatever model it is
+given on ``(tokens, targets)`` batches, and the callbacks of a fit (the learning curve, checkpoints,
+the step clock ``SpeedMeter``).
 
 It knows nothing of variants or tasks: every task labels the positions it scores and marks the
 rest ``-100`` (see docs/internals.md), so one masked cross-entropy and one accuracy serve all.
@@ -6,40 +8,20 @@ rest ``-100`` (see docs/internals.md), so one masked cross-entropy and one accur
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.components import NonNegativeFloat, NonNegativeInt, PositiveFloat, Range
+from ablate.measure import count_input_tokens, summarize_times, synchronize
+from ablate.optim import make_optimizer, warmup_cosine
 
 IGNORE = -100
-Beta = Annotated[float, Range(0, 1, high_open=True)]
-
-
-@dataclass
-class OptimSettings:
-    """The ``optim`` node: AdamW (Loshchilov & Hutter 2019) with linear warm-up, then cosine decay."""
-
-    name: Literal["adamw"]
-    lr: PositiveFloat
-    weight_decay: NonNegativeFloat = 0.01
-    betas: tuple[Beta, ...] = (0.9, 0.98)
-    warmup_steps: NonNegativeInt = 100
-    min_lr_ratio: Annotated[float, Range(0, 1)] = 0.1
-
-    @classmethod
-    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
-        betas = settings.get("betas", cls.betas)
-        if isinstance(betas, (list, tuple)) and len(betas) != 2:
-            return [f"optim.betas={list(betas)!r} must hold two numbers (beta1, beta2)"]
-        return []
 
 
 class Diverged(RuntimeError):
@@ -85,24 +67,6 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return loss
-
-
-def make_optimizer(params: Any, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only (not on norms, biases or gains), as in GPT-2."""
-    params = [p for p in params if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": optim["weight_decay"]},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=optim["lr"], betas=tuple(optim["betas"]))
-
-
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """LR multiplier: linear warm-up to 1, then cosine decay to ``min_ratio``."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class AblateModule(pl.LightningModule):
@@ -328,3 +292,97 @@ def checkpoint_state(path: str | Path) -> dict[str, Any] | None:
         return None
     own = next((v for k, v in (ckpt.get("callbacks") or {}).items() if "Checkpointer" in str(k)), {})
     return {"step": int(ckpt["global_step"]), "wandb_run_id": own.get("wandb_run_id")}
+
+
+class SpeedMeter(pl.Callback):
+    """Training throughput of a Lightning ``fit``: tokens per second (docs/measurements.md, *speed*).
+
+    What one timed interval contains: everything from the end of the last callback's
+    ``on_train_batch_start`` to the start of the first callback's ``on_train_batch_end`` —
+    the LightningModule's ``on_train_batch_start``, ``training_step`` (forward and loss,
+    including ``self.log`` calls, which only store values), backward, the optimizer step and a
+    per-step LR scheduler update. Outside it: fetching the batch and moving it to the device,
+    other callbacks' batch hooks (progress bar, LR monitor, checkpointing), writing metrics to
+    the loggers (``update_train_step_metrics`` runs after ``on_train_batch_end``) and
+    validation. To get that order the meter moves itself to the front of ``trainer.callbacks``
+    in ``setup`` and appends a small companion callback, which starts the clock, to the end.
+    On CUDA/MPS the device is synchronised before each clock reading.
+
+    Each training batch is one step (with gradient accumulation, one micro-batch). Tokens per
+    step are ``count_tokens(batch)``, by default the input tokens ``batch[0].numel()`` of a
+    ``(tokens, targets)`` batch (see :func:`count_input_tokens`).
+
+    Warm-up rule: of the ``n`` steps that ran, the first ``min(warmup_steps, n - 1)`` are not
+    timed. So with enough steps exactly ``warmup_steps`` are skipped, and a short debug run
+    still reports its last step; :meth:`summary` returns a result whenever one step ran.
+    """
+
+    def __init__(self, warmup_steps: int = 10, count_tokens: Callable[[Any], int] = count_input_tokens,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        self.warmup_steps = int(warmup_steps)
+        self.count_tokens = count_tokens
+        self.clock = clock
+        self.step_times: list[float] = []
+        self.step_tokens: list[int] = []
+        self._start: float | None = None
+        self._tokens = 0
+        self._starter = _StepClockStart(self)
+
+    # -- Lightning hooks --------------------------------------------------------------------
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self.step_times, self.step_tokens, self._start = [], [], None
+        others = [cb for cb in trainer.callbacks if cb is not self and cb is not self._starter]
+        # A new list, not an in-place edit: Lightning may be iterating over the old one.
+        trainer.callbacks = [self, *others, self._starter]
+
+    def _begin_step(self, pl_module: pl.LightningModule, batch: Any) -> None:
+        self._tokens = int(self.count_tokens(batch))
+        synchronize(pl_module.device)
+        self._start = self.clock()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        if self._start is None:
+            return
+        synchronize(pl_module.device)
+        self.step_times.append(self.clock() - self._start)
+        self.step_tokens.append(self._tokens)
+        self._start = None
+
+    # -- a resumed fit keeps the steps timed before its checkpoint ---------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step_times": list(self.step_times), "step_tokens": list(self.step_tokens)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_times = list(state.get("step_times", []))
+        self.step_tokens = list(state.get("step_tokens", []))
+
+    # -- results ----------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """``{"tokens_per_s", "step_time_s": {"min", "median", "max"}, "timed_steps"}`` over
+        the steps after warm-up (see the class docstring for the rule). Raises ``RuntimeError``
+        when no training step completed."""
+        n = len(self.step_times)
+        if n == 0:
+            raise RuntimeError("SpeedMeter: no training step completed, nothing to summarise")
+        skip = min(self.warmup_steps, n - 1)
+        return summarize_times(self.step_times[skip:], self.step_tokens[skip:])
+
+
+class _StepClockStart(pl.Callback):
+    """Starts :class:`SpeedMeter`'s clock; kept last in ``trainer.callbacks`` so that every
+    other callback's ``on_train_batch_start`` has run before the clock starts."""
+
+    def __init__(self, meter: SpeedMeter) -> None:
+        self.meter = meter
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self.meter._begin_step(pl_module, batch)

@@ -1,12 +1,13 @@
 """Speed and memory of a training step: the measured quantities defined in docs/measurements.md.
 
 Speed
-    :class:`SpeedMeter` is a Lightning callback that times every training step of a ``fit``
+    ``lit.SpeedMeter`` is a Lightning callback that times every training step of a ``fit``
     (forward + backward + optimizer step, nothing else) and reports training throughput as
     the median over the timed steps, after warm-up steps, of ``tokens / step time``.
     :func:`summarize_times` is the one place where step times become that summary; the
     interleaved benchmark times its own steps with :func:`time_call` and summarises them with
-    the same function.
+    the same function. (The callback lives with the other Lightning code, so that validating a
+    config, which reads :class:`MeasureSettings`, never imports Lightning.)
 
 Memory
     :func:`measure_training_memory` runs a few training steps on a copy of the model and
@@ -34,7 +35,6 @@ from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,7 +44,6 @@ from ablate.components import NonNegativeInt, PositiveFloat
 
 __all__ = [
     "MeasureSettings",
-    "SpeedMeter",
     "count_input_tokens",
     "summarize_times",
     "time_call",
@@ -227,100 +226,6 @@ def count_input_tokens(batch: Any) -> int:
                 return batch[key].numel()
     raise TypeError(f"cannot count the tokens of a batch of type {type(batch).__name__}; "
                     "pass SpeedMeter(count_tokens=...)")
-
-
-class SpeedMeter(pl.Callback):
-    """Training throughput of a Lightning ``fit``: tokens per second (docs/measurements.md, *speed*).
-
-    What one timed interval contains: everything from the end of the last callback's
-    ``on_train_batch_start`` to the start of the first callback's ``on_train_batch_end`` —
-    the LightningModule's ``on_train_batch_start``, ``training_step`` (forward and loss,
-    including ``self.log`` calls, which only store values), backward, the optimizer step and a
-    per-step LR scheduler update. Outside it: fetching the batch and moving it to the device,
-    other callbacks' batch hooks (progress bar, LR monitor, checkpointing), writing metrics to
-    the loggers (``update_train_step_metrics`` runs after ``on_train_batch_end``) and
-    validation. To get that order the meter moves itself to the front of ``trainer.callbacks``
-    in ``setup`` and appends a small companion callback, which starts the clock, to the end.
-    On CUDA/MPS the device is synchronised before each clock reading.
-
-    Each training batch is one step (with gradient accumulation, one micro-batch). Tokens per
-    step are ``count_tokens(batch)``, by default the input tokens ``batch[0].numel()`` of a
-    ``(tokens, targets)`` batch (see :func:`count_input_tokens`).
-
-    Warm-up rule: of the ``n`` steps that ran, the first ``min(warmup_steps, n - 1)`` are not
-    timed. So with enough steps exactly ``warmup_steps`` are skipped, and a short debug run
-    still reports its last step; :meth:`summary` returns a result whenever one step ran.
-    """
-
-    def __init__(self, warmup_steps: int = 10, count_tokens: Callable[[Any], int] = count_input_tokens,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-        self.warmup_steps = int(warmup_steps)
-        self.count_tokens = count_tokens
-        self.clock = clock
-        self.step_times: list[float] = []
-        self.step_tokens: list[int] = []
-        self._start: float | None = None
-        self._tokens = 0
-        self._starter = _StepClockStart(self)
-
-    # -- Lightning hooks --------------------------------------------------------------------
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit":
-            return
-        self.step_times, self.step_tokens, self._start = [], [], None
-        others = [cb for cb in trainer.callbacks if cb is not self and cb is not self._starter]
-        # A new list, not an in-place edit: Lightning may be iterating over the old one.
-        trainer.callbacks = [self, *others, self._starter]
-
-    def _begin_step(self, pl_module: pl.LightningModule, batch: Any) -> None:
-        self._tokens = int(self.count_tokens(batch))
-        synchronize(pl_module.device)
-        self._start = self.clock()
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
-                           batch: Any, batch_idx: int) -> None:
-        if self._start is None:
-            return
-        synchronize(pl_module.device)
-        self.step_times.append(self.clock() - self._start)
-        self.step_tokens.append(self._tokens)
-        self._start = None
-
-    # -- a resumed fit keeps the steps timed before its checkpoint ---------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"step_times": list(self.step_times), "step_tokens": list(self.step_tokens)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step_times = list(state.get("step_times", []))
-        self.step_tokens = list(state.get("step_tokens", []))
-
-    # -- results ----------------------------------------------------------------------------
-
-    def summary(self) -> dict[str, Any]:
-        """``{"tokens_per_s", "step_time_s": {"min", "median", "max"}, "timed_steps"}`` over
-        the steps after warm-up (see the class docstring for the rule). Raises ``RuntimeError``
-        when no training step completed."""
-        n = len(self.step_times)
-        if n == 0:
-            raise RuntimeError("SpeedMeter: no training step completed, nothing to summarise")
-        skip = min(self.warmup_steps, n - 1)
-        return summarize_times(self.step_times[skip:], self.step_tokens[skip:])
-
-
-class _StepClockStart(pl.Callback):
-    """Starts :class:`SpeedMeter`'s clock; kept last in ``trainer.callbacks`` so that every
-    other callback's ``on_train_batch_start`` has run before the clock starts."""
-
-    def __init__(self, meter: SpeedMeter) -> None:
-        self.meter = meter
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
-        self.meter._begin_step(pl_module, batch)
 
 
 # --------------------------------------------------------------------------------------------

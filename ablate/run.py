@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.utilities import rank_zero_only
 
 from ablate.config import ConfigError, apply_smoke, validate
 from ablate.job import Job, sweep_group, sweeper_refusal
 from ablate.results import read_record, write_record
 from ablate.sweep import design_labels
-from ablate.train import train
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
@@ -92,13 +90,15 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job),
         "job": job.record_fields(),
     }
+    # Lightning (seconds to import) only once the config is valid: a refused one is refused at once
     from ablate.lit import Checkpointer, Diverged, Preempted, checkpoint_state
+    from ablate.train import train
 
     checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps), bool(cfg.checkpoint.keep))
     resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
     run = None
     wandb_started = time.perf_counter()
-    if rank_zero_only.rank == 0:  # a resumed job continues its wandb run
+    if _rank() == 0:  # a resumed job continues its wandb run
         run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
     record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
                                    "wandb_init": time.perf_counter() - wandb_started}
@@ -195,6 +195,13 @@ def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
     return entry
 
 
+def _rank() -> int:
+    """This process's global rank (0 outside distributed training), as Lightning reads it."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    return int(rank_zero_only.rank)
+
+
 def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str, run_id: str | None = None) -> Any:
     if cfg.logger.name != "wandb":
         return None
@@ -205,7 +212,7 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
 
 
 def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
-    if rank_zero_only.rank != 0:
+    if _rank() != 0:
         return
     write_record(job.dir, record)
     if run is not None:

@@ -17,7 +17,7 @@ class _Variant:
     """One variant ready to step: model, optimizer and an endless batch stream, as `ablate` builds them."""
 
     def __init__(self, cfg: DictConfig) -> None:
-        from ablate.lit import make_optimizer
+        from ablate.optim import make_optimizer
         from ablate.train import build
 
         data, self.model, _ = build(cfg)

@@ -31,7 +31,8 @@ from hydra import compose, initialize_config_dir
 
 from ablate.paths import CONF_DIR
 from ablate.resolvers import register_resolvers
-from ablate.lit import make_optimizer, train_step, warmup_cosine
+from ablate.lit import train_step
+from ablate.optim import make_optimizer, warmup_cosine
 from ablate.train import build, make_trainer, quiet_lightning
 
 register_resolvers()  # the config's ${ablate_size:...} presets

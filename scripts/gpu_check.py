@@ -44,7 +44,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ablate.config import CONFIG_GROUPS
-from ablate.lit import make_optimizer, masked_loss
+from ablate.lit import masked_loss
+from ablate.optim import make_optimizer
 from ablate.measure import peak_flops, synchronize
 from ablate.model import SIZES, build_model
 from ablate.model.patterns import FlexScores, flex_available

@@ -17,7 +17,7 @@ the layers below it, never above:
     foundation      ablate, ablate.paths, ablate.components
     records         ablate.results, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
-    training        ablate.lit, ablate.measure, ablate.tracking, ablate.config, ablate.catalog,
+    training        ablate.lit, ablate.optim, ablate.measure, ablate.tracking, ablate.config, ablate.catalog,
                     ablate.resolvers, ablate.job, ablate.train, ablate.run, ablate.timing
     planning        ablate.planner, ablate.preview
     report          ablate.report.*
@@ -41,7 +41,7 @@ LAYERS = {
     "foundation": ["ablate", "ablate.paths", "ablate.components"],
     "records": ["ablate.results", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
-    "training": ["ablate.lit", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
+    "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.train", "ablate.run", "ablate.timing"],
     "planning": ["ablate.planner", "ablate.preview"],
     "report": ["ablate.report"],

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ablate.lit import binary_f1, matthews_corr, warmup_cosine
+from ablate.lit import binary_f1, matthews_corr
+from ablate.optim import warmup_cosine
 
 
 def test_glue_headline_metrics_by_hand():

@@ -13,7 +13,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from ablate.measure import SpeedMeter, measure_training_memory, summarize_times
+from ablate.lit import SpeedMeter
+from ablate.measure import measure_training_memory, summarize_times
 
 pytestmark = [  # Lightning's hints about num_workers etc., and its use of a deprecated torch pytree API
     pytest.mark.filterwarnings("ignore::UserWarning"),
