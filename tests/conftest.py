@@ -14,9 +14,22 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 
 
+# One intra-op thread for every process a test starts, and for the test process itself under
+# pytest-xdist: the tests' models are tiny (one thread is as fast as two), and `make test` runs two
+# workers on two cores, where two processes with a thread per core each spin against each other
+# (OpenMP's busy wait): two such runs at once took 25 s where one took 13 s; with one thread each, 15 s.
+# What ablate sets itself (a parallel launcher's share of the cores, SLURM's cpus-per-task) still wins.
+TEST_THREADS = "1"
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    import torch
+
+    torch.set_num_threads(int(TEST_THREADS))
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="0")
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="0",
+               OMP_NUM_THREADS=TEST_THREADS)
     env.update(extra)
     return env
 
@@ -26,6 +39,16 @@ def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str
     """Run a console script of this package (as a user would) and capture its output."""
     return subprocess.run([str(BIN / script), *args], cwd=cwd, env=env or cli_env(), text=True,
                           capture_output=True, timeout=timeout)
+
+
+def compose_cfg(overrides: list[str]):
+    """The config `ablate` composes for ``overrides``, through Hydra's compose API (in-process)."""
+    from hydra import compose, initialize_config_dir
+
+    from ablate.paths import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name="config", overrides=overrides)
 
 
 def records(sweep_dir: Path) -> list[dict]:

@@ -4,7 +4,6 @@ optimises, the early-loss point. Jobs run in process through the real Lightning 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest

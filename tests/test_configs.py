@@ -6,7 +6,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_cfg
 from omegaconf import OmegaConf
 
 from ablate.config import CONFIG_GROUPS, ConfigError, config_problems, validate
@@ -19,10 +19,6 @@ FIXTURES = REPO / "tests" / "fixtures"
 GROUPS = [g for g in CONFIG_GROUPS if g != "experiment"]  # experiments: test_every_experiment_...
 NEEDS_PATH = {"classify", "tagging"}
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def options(group: str) -> list[str]:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import builtin_options, builtin_target, records, run_cli
+from conftest import builtin_options, builtin_target, compose_cfg, records, run_cli
 
 from ablate.config import ConfigError, config_problems, validate
 from ablate.model import build_model
@@ -23,10 +22,6 @@ CONF = Path(__file__).resolve().parents[1] / "ablate" / "conf"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 # ------------------------------------------------------------------ a) tokens vs additive positions

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, cli_env, compose_cfg, run_cli
 from test_model import VOCAB, make_cfg
 
 from ablate.config import ConfigError, validate
@@ -38,10 +37,6 @@ def _quiet_flex():
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         yield
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def result(run_dir: Path) -> dict:

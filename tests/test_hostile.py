@@ -7,28 +7,24 @@ cases users actually hit through the real `ablate`: exit 2, the key named, no re
 
 from __future__ import annotations
 
+import copy
 import csv
+import functools
 import io
 import random
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import builtin_options, records, run_cli
-from hydra import compose, initialize_config_dir
+from conftest import builtin_options, compose_cfg, records, run_cli
 from omegaconf import OmegaConf
 
 from ablate.config import config_problems
-from ablate.paths import CONF_DIR
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TASK_PATHS = {"classify": FIXTURES / "classify", "tagging": FIXTURES / "tagging", "glue": FIXTURES / "glue_sst2"}
 BASE = ["trainer=debug", "logger=none", "model.d_model=16", "model.n_heads=2", "model.n_layers=1"]
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def task_overrides(task: str) -> list[str]:
@@ -88,10 +84,15 @@ def cases() -> list[tuple[list[str], str, Any]]:
 CASES = cases()
 
 
-@pytest.mark.slow  # 364 Hydra compositions, about 2 minutes in all (the random combinations below stay fast)
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> Any:
+    return compose_cfg(list(overrides))
+
+
+@pytest.mark.slow  # 300+ validations, one Hydra composition per task (each case gets its own copy)
 @pytest.mark.parametrize("overrides,key,bad", CASES, ids=[f"{k}={b!r}"[:60] for _, k, b in CASES])
 def test_every_leaf_key_refuses_a_wrong_type_by_name(overrides: list[str], key: str, bad: Any) -> None:
-    cfg = compose_cfg(overrides)
+    cfg = copy.deepcopy(_composed(tuple(overrides)))
     OmegaConf.update(cfg, key, bad, force_add=True, merge=False)
     problems = config_problems(cfg)  # never raises
     assert problems, f"{key}={bad!r} was accepted"
@@ -125,12 +126,25 @@ BAD_SINGLE_RUNS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a Hydra composition per case (in-process: the CLI runs the same validation, below)
 @pytest.mark.parametrize("args,named", BAD_SINGLE_RUNS.items(), ids=list(BAD_SINGLE_RUNS))
-def test_bad_value_exits_2_naming_it(tmp_path: Path, args: str, named: str) -> None:
-    out = run_cli([*BASE, *args.split(), "hydra.run.dir=run"], tmp_path)
+def test_bad_value_is_refused_naming_it(args: str, named: str) -> None:
+    problems = config_problems(compose_cfg([*BASE, *args.split()]))
+    assert any(named in p for p in problems), problems
+
+
+# one bad value in each node at once: the CLI names every one of them in one answer
+BAD_AT_ONCE = ["seed=abc", "optim.lr=nan", "measure.warmup_steps=-1", "init.std=-1", "+dry_run=true",
+               "model.dropout=abc", "task.eval_lengths=[abc]", "trainer.devices=abc"]
+
+
+@pytest.mark.slow
+def test_bad_values_through_the_cli_exit_2_naming_each(tmp_path: Path) -> None:
+    out = run_cli([*BASE, *BAD_AT_ONCE, "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
-    assert named in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    for args in BAD_AT_ONCE:
+        assert BAD_SINGLE_RUNS[args] in out.stderr, (args, out.stderr[-3000:])
     assert not (tmp_path / "run" / "result.json").exists()
 
 

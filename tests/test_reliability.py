@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, cli_env, records, run_cli, wandb_summary
+from conftest import BIN, cli_env, compose_cfg, records, run_cli, wandb_summary
+
+from ablate.config import config_problems
 
 pytestmark = pytest.mark.slow  # every test runs the real `ablate` CLI
 
@@ -21,15 +23,11 @@ def assert_nothing_trained(where: Path) -> None:
     assert not list(where.rglob("offline-run-*")), "no wandb run may be created for an invalid config"
 
 
+# what Hydra refuses while composing (the CLI answers with the valid choices), through the real CLI
 @pytest.mark.parametrize("args,named", [
     (["qkv_sharing=nonsense"], ["nonsense", "independent", "qk_shared", "qkv_shared"]),
-    (["model.d_model=30"], ["model.d_model=30", "model.n_heads=4"]),
-    (["pos_enc=rope", "model.d_model=12", "model.n_heads=4"], ["even head dimension", "3"]),
-    (["qkv_sharing=gqa", "qkv_sharing.kv_heads=3"], ["kv_heads=3", "valid: 1, 2, 4"]),
-    (["pos_enc=learned", "task.eval_lengths=[256]"], ["pos_enc.max_len", "256"]),
-    (["task=classify"], ["task.path"]),
-    (["optim.lr=-1"], ["optim.lr=-1"]),
     (["model.foo=1"], ["foo"]),
+    (["qkv_sharing=gqa", "qkv_sharing.kv_heads=3"], ["kv_heads=3", "valid: 1, 2, 4"]),  # and one validation
 ])
 def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path, args: list[str], named: list[str]) -> None:
     started = time.monotonic()
@@ -40,6 +38,20 @@ def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path, args: list[st
     assert "Traceback" not in out.stderr
     assert time.monotonic() - started < 30
     assert_nothing_trained(tmp_path)
+
+
+# what validation refuses: the same check the CLI runs before anything trains, in-process
+@pytest.mark.parametrize("args,named", [
+    (["model.d_model=30"], ["model.d_model=30", "model.n_heads=4"]),
+    (["pos_enc=rope", "model.d_model=12", "model.n_heads=4"], ["even head dimension", "3"]),
+    (["pos_enc=learned", "task.eval_lengths=[256]"], ["pos_enc.max_len", "256"]),
+    (["task=classify"], ["task.path"]),
+    (["optim.lr=-1"], ["optim.lr=-1"]),
+])
+def test_bad_input_is_named_by_validation(args: list[str], named: list[str]) -> None:
+    problems = "\n".join(config_problems(compose_cfg(args)))
+    for text in named:
+        assert text in problems, (text, problems)
 
 
 def test_sweep_with_one_invalid_job_trains_nothing(tmp_path: Path, tiny: list[str]) -> None:

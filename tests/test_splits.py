@@ -17,8 +17,8 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
+from conftest import compose_cfg
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ablate.config import ConfigError, validate
@@ -238,10 +238,6 @@ def _resolved(task_node: dict):
 
 
 # ---------------------------------------------------------------------------- pairing
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
-
 
 def first_batches(cfg) -> tuple[list[Batch], list[Batch], list[list[Batch]]]:
     dm = datamodule(OmegaConf.to_container(cfg.task, resolve=True), seed=cfg.seed)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import compose_cfg
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import ablate
@@ -19,10 +19,6 @@ CONF = Path(ablate.__file__).resolve().parent / "conf"
 DIGIT_TASKS = ["reverse", "sort", "sub", "swap", "copy"]
 VARIANTS = ["independent", "qk_shared", "kv_shared", "qkv_shared"]
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 def reference(name: str, xs: list[int], n_values: int) -> list[int]:

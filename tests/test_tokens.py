@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import BIN, cli_env
+from conftest import BIN, cli_env, compose_cfg
 
 from ablate.components import resolve
 from ablate.config import ConfigError, validate
@@ -71,10 +70,6 @@ def built(path, **settings):
 def problems(**settings) -> list[str]:
     return check(*resolve("task", lm(settings.pop("path", None), **settings)))
 
-
-def compose_cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
 
 
 # ---------------------------------------------------------------------------- the encoder
