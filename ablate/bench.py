@@ -72,9 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON (ablate-table reads bench.json)")
     args = parser.parse_args(argv)
 
+    from hydra.errors import HydraException
+
     try:
         configs, baseline = experiment_configs(args.overrides)
-    except SweepError as error:
+    except (SweepError, HydraException) as error:  # an invalid sweep; an option or key that does not exist
         print(f"ablate-bench: {error}", file=sys.stderr)
         sys.exit(2)
     result = interleaved(configs, rounds=args.rounds, steps_per_round=args.steps_per_round,

@@ -110,6 +110,8 @@ def main() -> None:
             if problem:
                 print(f"ablate: {problem}", file=sys.stderr)
                 sys.exit(2)
+            if _missing_option(argv):  # e.g. experiment=qkv_shraing: Hydra has named the valid options
+                sys.exit(2)
         raise
 
 
@@ -131,6 +133,27 @@ def _overrides(argv: list[str]) -> list[str]:
             else o.input_line for o in parsed]
 
 
+def _search_path(argv: list[str]) -> list[str]:
+    """The override that adds the command line's ``--config-dir`` directories to Hydra's search path."""
+    dirs = _config_dirs(argv)
+    return [f"hydra.searchpath=[{','.join('file://' + os.path.abspath(d) for d in dirs)}]"] if dirs else []
+
+
+def _missing_option(argv: list[str]) -> bool:
+    """Whether the command line chooses a config group option that does not exist."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import MissingConfigException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            compose(config_name="config", overrides=_search_path(argv) + _overrides(argv))
+    except MissingConfigException:
+        return True
+    except Exception:  # noqa: BLE001 - another composition error: Hydra's message and exit code stand
+        return False
+    return False
+
+
 def _unknown_key(argv: list[str]) -> str | None:
     """When overrides set keys the config does not have (``model.foo=1``): each such key and the
     valid keys of its node; None for any other composition error (Hydra's message stands)."""
@@ -142,8 +165,7 @@ def _unknown_key(argv: list[str]) -> str | None:
     unknown: dict[str, str] = {}
     try:
         overrides = _overrides(argv)
-        dirs = _config_dirs(argv)
-        search = [f"hydra.searchpath=[{','.join('file://' + os.path.abspath(d) for d in dirs)}]"] if dirs else []
+        search = _search_path(argv)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             for _ in range(len(overrides) + 1):  # drop one unknown key at a time until it composes
                 rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in unknown]

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.config import ConfigError, apply_smoke, validate
 from ablate.job import Job, sweep_group, sweeper_refusal
 from ablate.results import read_record, write_record
-from ablate.sweep import design_labels
+from ablate.sweep import design_labels, job_signature
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
@@ -78,7 +78,8 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         if refusal:
             raise ConfigError(refusal)
     previous = read_record(job.dir)
-    if previous and previous.get("status") == "ok" and previous.get("overrides") == job.overrides:
+    done = previous is not None and previous.get("status") == "ok"
+    if done and job_signature(previous.get("overrides")) == job_signature(job.overrides):  # in any order
         print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
         return previous
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import records, run_cli
 
 from ablate.report import LadderTable, build_table, render, save_outputs
 from ablate.report.formats import FORMATS
@@ -141,3 +142,36 @@ def test_cli_writes_the_ladder_csv(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith("variant,xs_loss,xs_loss_std")
     assert (Path(tmp_path) / "scaling.png").is_file()
+
+
+@pytest.mark.slow  # a real ladder through the `ablate` CLI, twice
+def test_a_tiny_ladder_through_the_cli_in_parallel_relaunches_and_ends_in_its_ladder_table(tmp_path):
+    """3 widths x 2 variants x 2 seeds under the joblib launcher (two worker processes), each job
+    trained on 2 tokens per parameter of its own model; the sweep ends in the ladder layout with
+    scaling.png, and a relaunch would find every job done."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "model.d_model=16,32,48", "qkv_sharing=independent,qkv_shared", "seed=0,1",
+            "budget.match=tokens_per_param", "budget.tokens_per_param=2", "trainer=debug", "model.n_heads=2",
+            "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
+            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    out = run_cli(args, tmp_path, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = records(sweep)
+    assert len(recs) == 12 and {r["status"] for r in recs} == {"ok"}
+    steps_of_width = {}
+    for r in recs:
+        task, m = r["config"]["task"], r["metrics"]
+        tokens_per_step = task["batch_size"] * task["seq_len"]
+        assert m["steps"] == r["budget"]["steps"] == max(1, round(2 * m["params"] / tokens_per_step))
+        assert r["budget"]["match"] == "tokens_per_param" and r["budget"]["tokens_per_param"] == 2
+        steps_of_width.setdefault(r["config"]["model"]["d_model"], set()).add(m["steps"])
+    widths = sorted(steps_of_width)
+    assert max(steps_of_width[widths[0]]) < min(steps_of_width[widths[-1]])  # a larger model, more tokens
+    header = (sweep / "table.csv").read_text().splitlines()[0].split(",")
+    assert header[0] == "variant" and sum(c.endswith("_loss") for c in header) == 3, header  # one per rung
+    assert (sweep / "scaling.png").is_file() and not (sweep / "table.png").exists()
+
+    # relaunched, the sweep plans the same jobs with the same steps, all done (--plan: what a relaunch runs)
+    again = run_cli(["--plan", *args], tmp_path, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "to run: 0 job(s), 0 training steps; done already: 12" in again.stdout, again.stdout[-3000:]

@@ -346,3 +346,33 @@ def test_a_ladder_gives_each_rung_tokens_in_proportion_to_its_parameters() -> No
         steps = int(p.compose(job).trainer.max_steps)
         assert steps == max(1, round(0.5 * cost["params"] / cost["tokens_per_step"]))
     assert plan.budget.steps["model.size=s"] > 5 * plan.budget.steps["model.size=xs"]  # ~10x the parameters
+
+
+def test_a_ladder_of_a_design_tunes_each_rung_and_keeps_its_steps() -> None:
+    """experiment=ladder (a design x model.size x seeds) with tune.lr: the tuning runs are per design
+    row and rung, each at its rung's steps, and the final runs keep those steps at the chosen rate."""
+    p = planner(["tune.lr=[1e-3,3e-3]", "budget.tokens_per_param=0.5", "model.size=3xs,2xs", "seed=0,1"],
+                experiment="ladder")
+    plan = p.plan()
+    rows = ["Transformer++", "- RoPE (learned positions)", "- SwiGLU (GELU FFN)"]
+    assert len(plan.definition) == len(rows) * 2 * 2  # rows x rungs x seeds
+    assert plan.budget.match == "tokens_per_param" and len(plan.budget.steps) == len(rows) * 2
+    steps_of = plan.budget.steps
+    for job in plan.definition:
+        cost = p.cost(job)
+        assert int(_value(job, "trainer.max_steps")) == max(1, round(0.5 * cost["params"] / cost["tokens_per_step"]))
+    # tuning: every (row, rung) at each rate, seed 0, at the rung's steps
+    assert len(plan.jobs) == len(rows) * 2 * 2 and {_value(j, "seed") for j in plan.jobs} == {"0"}
+    for job in plan.jobs:
+        assert int(_value(job, "trainer.max_steps")) == steps_of[plan.variant(job)]
+    assert {_value(j, "model.size") for j in plan.jobs} == {"3xs", "2xs"}
+    # the rungs of a row may choose different rates; the final runs keep each rung's steps
+    records = [{"overrides": job, "status": "ok",
+                "metrics": {"val": {"loss": (1.0 if _value(job, "optim.lr") == "0.001" else 2.0)
+                                    * (1.0 if _value(job, "model.size") == "3xs" else -1.0)}}}
+               for job in plan.jobs]
+    chosen, _ = choose_lr(records, plan)
+    assert {lr for v, lr in chosen.items() if "model.size=3xs" in v} == {0.001}
+    assert {lr for v, lr in chosen.items() if "model.size=2xs" in v} == {0.003}
+    for job in final_jobs(plan, chosen):
+        assert int(_value(job, "trainer.max_steps")) == steps_of[plan.variant(job)]

@@ -32,11 +32,23 @@ def assert_nothing_trained(where: Path) -> None:
 def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path, args: list[str], named: list[str]) -> None:
     started = time.monotonic()
     out = run_cli([*args, "hydra.run.dir=run"], tmp_path)
-    assert out.returncode != 0
+    assert out.returncode == 2, out.stderr[-2000:]
     for text in named:
         assert text in out.stderr, (text, out.stderr[-2000:])
     assert "Traceback" not in out.stderr
     assert time.monotonic() - started < 30
+    assert_nothing_trained(tmp_path)
+
+
+@pytest.mark.parametrize("command", [["ablate", "-m"], ["ablate", "--plan"], ["ablate-bench"]])
+def test_a_misspelt_experiment_exits_2_naming_the_valid_ones(tmp_path: Path, command: list[str]) -> None:
+    script, *flags = command
+    out = run_cli([*flags, "experiment=qkv_shraing", "trainer=debug", "logger=none",
+                   f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path, script=script)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    for name in ("qkv_shraing", "qkv_sharing", "transformer_pp", "ladder"):
+        assert name in out.stderr, (name, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
     assert_nothing_trained(tmp_path)
 
 
@@ -97,7 +109,7 @@ def test_relaunch_skips_finished_jobs_and_reruns_missing_ones(tmp_path: Path, ti
     stamps = {p: p.stat().st_mtime_ns for p in paths}
     paths[1].unlink()
     (sweep / "table.csv").unlink()
-    out = run_cli(_sweep_args(sweep, tiny, 6), tmp_path)
+    out = run_cli(_sweep_args(sweep, tiny, 6)[::-1], tmp_path)  # the same overrides in another order
     assert out.returncode == 0
     assert out.stdout.count("already ok") == 2
     assert paths[1].exists() and (sweep / "table.csv").exists()
