@@ -326,8 +326,15 @@ def tuning_jobs(definition: list[list[str]], swept: list[str], tune: Tuning) -> 
 
 
 def final_jobs(plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
-    """The definition's jobs at each variant's chosen learning rate (a tuned sweep's second stage)."""
-    return [job + [f"{LR_KEY}={lr_text(chosen[plan.variant(job)])}"] for job in plan.definition]
+    """The definition's jobs at each variant's chosen learning rate (a tuned sweep's second stage).
+    A job that does not sweep the seed names the one it runs at (the config's): the tuning run of
+    the same seed and rate is then the same job, found done, not trained and counted a second time."""
+    seed = [f"seed={plan.tune.final_seeds[0]}"] if plan.tune is not None and plan.tune.final_seeds else []
+    jobs = []
+    for job in plan.definition:
+        named = job if _value(job, "seed") is not None else job + seed
+        jobs.append(named + [f"{LR_KEY}={lr_text(chosen[plan.variant(job)])}"])
+    return jobs
 
 
 def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:

@@ -159,11 +159,11 @@ def test_sweep_with_one_bad_job_trains_nothing(tmp_path: Path, sweep: str, named
     assert records(tmp_path / "sweep") == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a Hydra composition
 def test_empty_lm_corpus_is_named(tmp_path: Path) -> None:
     (tmp_path / "empty.txt").write_text("")
-    out = run_cli([*BASE, f"task.path={tmp_path / 'empty.txt'}", "hydra.run.dir=run"], tmp_path)
-    assert out.returncode == 2 and "empty.txt' is empty" in out.stderr, out.stderr[-2000:]
+    problems = config_problems(compose_cfg([*BASE, f"task.path={tmp_path / 'empty.txt'}"]))
+    assert any("empty.txt' is empty" in p for p in problems), problems
 
 
 def _classify_dir(tmp_path: Path, train: bytes) -> Path:
@@ -174,12 +174,30 @@ def _classify_dir(tmp_path: Path, train: bytes) -> Path:
     return d
 
 
-@pytest.mark.parametrize("train,message", [
-    (b'sentence\tlabel\ngood film\t1\n"a quoted\ttab"\t0\n', "train.tsv, line 3: 3 tab-separated fields but the header has 2"),
-    (b"sentence\tlabel\ngood film\t1\nb\xffd film\t0\n", "train.tsv, line 3: not valid UTF-8"),
-])
+BAD_TRAIN_FILES = {
+    "a quoted tab": (b'sentence\tlabel\ngood film\t1\n"a quoted\ttab"\t0\n',
+                     "train.tsv, line 3: 3 tab-separated fields but the header has 2"),
+    "not UTF-8": (b"sentence\tlabel\ngood film\t1\nb\xffd film\t0\n", "train.tsv, line 3: not valid UTF-8"),
+}
+
+
+def _classify_task(data: Path):
+    from ablate.data import build_task
+
+    return build_task(compose_cfg([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16"]).task)
+
+
+@pytest.mark.slow  # a Hydra composition per case
+@pytest.mark.parametrize("case", BAD_TRAIN_FILES)
+def test_a_bad_data_file_is_named_with_its_line(tmp_path: Path, case: str) -> None:
+    train, message = BAD_TRAIN_FILES[case]
+    with pytest.raises(Exception, match=message.replace("(", r"\(")):
+        _classify_task(_classify_dir(tmp_path, train)).setup()
+
+
 @pytest.mark.slow
-def test_bad_data_file_fails_the_job_naming_file_and_line(tmp_path: Path, train: bytes, message: str) -> None:
+def test_a_bad_data_file_fails_the_job_through_the_cli(tmp_path: Path) -> None:
+    train, message = BAD_TRAIN_FILES["not UTF-8"]
     data = _classify_dir(tmp_path, train)
     out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 1, out.stderr[-2000:]
@@ -188,12 +206,11 @@ def test_bad_data_file_fails_the_job_naming_file_and_line(tmp_path: Path, train:
     assert record["metrics"].get("steps") is None  # failed before training
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a Hydra composition
 def test_utf8_bom_in_a_tsv_header_is_dropped(tmp_path: Path) -> None:
-    data = _classify_dir(tmp_path, b"\xef\xbb\xbfsentence\tlabel\ngood film\t1\nbad film\t0\n")
-    out = run_cli([*BASE, "task=classify", f"task.path={data}", "task.seq_len=16", "hydra.run.dir=run"], tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert records(tmp_path / "run")[0]["status"] == "ok"
+    task = _classify_task(_classify_dir(tmp_path, b"\xef\xbb\xbfsentence\tlabel\ngood film\t1\nbad film\t0\n"))
+    task.setup()  # the header is "sentence", not "\ufeffsentence": no missing column
+    assert task.n_classes == 2
 
 
 # ---------------------------------------------------------------------------- sweeps and records

@@ -17,7 +17,7 @@ from ablate.planner import Planner, SweepError, choose_lr, final_jobs, tuning_jo
 from ablate.preview import preview, render
 from ablate.resolvers import register_resolvers
 from ablate.results import write_record
-from ablate.sweep import Budget, SweepPlan, Tuning, override_key
+from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key
 
 TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
         "trainer.max_steps=6", "logger=none"]
@@ -214,6 +214,17 @@ def test_tuning_runs_first_then_the_seeds_at_each_chosen_rate() -> None:
     assert scores["qkv_sharing=independent"] == {"0.001": None, "0.003": 2.0}
     final = final_jobs(plan, chosen)
     assert len(final) == 4 and {_value(j, "optim.lr") for j in final if "qkv_sharing=qkv_shared" in j} == {"0.001"}
+
+
+def test_a_tuned_sweep_without_a_seed_reuses_the_tuning_run_of_the_chosen_rate() -> None:
+    """No seed= on the command line: the final runs are at the config's seed 0, as the tuning runs
+    are, so each variant's final run is its tuning run at the chosen rate (one seed, counted once)."""
+    plan = planner(["qkv_sharing=independent,qkv_shared", "tune.lr=[1e-3,3e-3]", *TINY]).plan()
+    assert plan.tune.final_seeds == [0] and plan.tune.seeds == [0]
+    chosen = {plan.variant(job): 0.001 for job in plan.definition}
+    final = final_jobs(plan, chosen)
+    assert all(_value(job, "seed") == "0" for job in final)
+    assert {job_signature(j) for j in final} <= {job_signature(j) for j in plan.jobs}
 
 
 def test_tuning_with_a_swept_lr_is_refused() -> None:
