@@ -82,7 +82,8 @@ def test_word_encoder_gives_the_ids_of_tokenizers(tmp_path: Path) -> None:
     assert tok.uses_word_encoder(trained) and trained.get_vocab_size() == 600
     rng = random.Random(1)
     alphabet = list("abcXYZ019 \t\n\r\x0b\x0c!?.,'\"-_\x00\x7féü日本語🙂\u00a0\u3000") + \
-        ["  ", "\n\n", " 12345 ", "word", " x", "1234567", "a" * 40]
+        ["  ", "\n\n", " 12345 ", "word", " x", "1234567", "a" * 40,
+         "a" * 130, "日" * 70, "é" * 65, "!" * 129, " " * 66, "\n" * 64, " " + "b" * 64]  # beyond a word's 64 characters
     odd = "".join(rng.choice(alphabet) for _ in range(6000))
     for sample in (odd, text[:30000]):
         data = sample.encode()
@@ -95,6 +96,22 @@ def test_word_encoder_gives_the_ids_of_tokenizers(tmp_path: Path) -> None:
         assert encoder.encode_exact(data).tolist() == expected
         assert encoder.collisions == 0
         assert trained.decode(expected) == sample
+
+
+@pytest.mark.slow  # seconds: trains a tokenizer on 1 MB
+@pytest.mark.timeout(120)  # unbounded words made this quadratic: 200 KB took 14 s, 1 MB did not finish
+def test_a_1mb_word_trains_and_encodes_as_tokenizers_does() -> None:
+    """Text without a space (DNA here; minified code, CJK) is cut into words of MAX_WORD_CHARS."""
+    rng = random.Random(2)
+    text = "".join(rng.choice("ACGT") for _ in range(1_000_000))
+    trained = tok.train_bpe([text[i:i + 65536] for i in range(0, len(text), 65536)], 300)
+    assert tok.uses_word_encoder(trained)
+    sample = text[:50_000] + "日本語" * 40
+    expected = trained.encode(sample, add_special_tokens=False).ids
+    encoder = tok.WordEncoder(trained, np.uint16)
+    assert encoder.encode(sample.encode()).tolist() == expected
+    assert encoder.encode_exact(sample.encode()).tolist() == expected
+    assert max(len(trained.decode([i])) for i in set(expected)) <= tok.MAX_WORD_CHARS
 
 
 # ---------------------------------------------------------------------------- bpe

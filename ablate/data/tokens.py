@@ -86,11 +86,17 @@ _LETTER = r"[^\x00-\x40\x5B-\x60\x7B-\x7F]"
 _DIGIT = r"[0-9]"
 _OTHER = r"[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]"
 _SPACE = r"[\t-\r ]"
+#: the longest word of the pre-tokenizer, in characters: a longer run of one class (minified code,
+#: DNA, CJK without spaces) is cut into words of this many characters, because BPE training is
+#: quadratic in a word's length (a 1 MB word would not finish) and no token is this long anyway
+MAX_WORD_CHARS = 64
+_W = f"{{1,{MAX_WORD_CHARS}}}"
 #: the ``bpe`` pre-tokenizer: GPT-2's split (a word takes one leading space; a run of spaces keeps
-#: its last one for the next word) over the classes above, digits in groups of at most 3. The same
-#: text is an Oniguruma regex (``tokenizers``) and a Python ``re`` bytes pattern (the fallback).
-PRE_TOKENIZER_PATTERN = (rf" ?{_LETTER}+|{_DIGIT}{{1,3}}| ?{_OTHER}+|"
-                         rf"{_SPACE}+(?![^\t-\r ])|{_SPACE}+")
+#: its last one for the next word) over the classes above, digits in groups of at most 3, other
+#: runs in words of at most MAX_WORD_CHARS characters. The same text is an Oniguruma regex
+#: (``tokenizers``) and a Python ``re`` pattern (the fallback).
+PRE_TOKENIZER_PATTERN = (rf" ?{_LETTER}{_W}|{_DIGIT}{{1,3}}| ?{_OTHER}{_W}|"
+                         rf"{_SPACE}{_W}(?![^\t-\r ])|{_SPACE}{_W}")
 
 _L, _D, _O, _S = 0, 1, 2, 3
 _CLASS = np.full(256, _L, np.uint8)  # bytes >= 0x80 are letters
@@ -330,7 +336,8 @@ def pieces(blocks: Iterable[bytes], size: int = BLOCK, limit: int = 16 * BLOCK) 
 
 def word_starts(a: np.ndarray) -> np.ndarray:
     """Where the pre-tokenizer's words begin in the bytes ``a`` (:data:`PRE_TOKENIZER_PATTERN`,
-    vectorised): class runs, digit runs cut every 3, and a run of spaces whose last character is
+    vectorised): class runs, digit runs cut every 3, other runs every MAX_WORD_CHARS characters
+    (UTF-8 continuation bytes are not characters), and a run of spaces whose last character is
     ``' '`` before a letter or punctuation gives it to that word (a longer run also keeps all but
     its last character together)."""
     n = len(a)
@@ -351,6 +358,11 @@ def word_starts(a: np.ndarray) -> np.ndarray:
         k = (dl - 1) // 3  # extra starts in each run
         step = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k) + 1
         st[np.repeat(ds, k) + 3 * step] = True
+    long_runs = np.flatnonzero((rc != _D) & (ends - rs > MAX_WORD_CHARS))
+    for r in long_runs:  # rare: one vectorised cut per run longer than a word
+        lo, hi = int(rs[r]), int(ends[r])
+        chars = lo + np.flatnonzero((a[lo:hi] < 0x80) | (a[lo:hi] >= 0xC0))  # where each character starts
+        st[chars[MAX_WORD_CHARS::MAX_WORD_CHARS]] = True
     sp = np.flatnonzero(rc[:-1] == _S)  # runs of spaces with a run after them
     ss, se = rs[sp], rs[sp + 1]
     attach = (a[se - 1] == 0x20) & (rc[sp + 1] != _D)
@@ -521,9 +533,9 @@ class WordEncoder:
         distinct word with ``tokenizers``."""
         import re
 
-        words = re.findall(PRE_TOKENIZER_PATTERN.encode(), data)
+        words = re.findall(PRE_TOKENIZER_PATTERN, data.decode("utf-8", "replace"))  # characters, not bytes
         distinct = list(dict.fromkeys(words))
-        encs = encode_batch(self.tok, [w.decode("utf-8", "replace") for w in distinct])
+        encs = encode_batch(self.tok, distinct)
         table = {w: e.ids for w, e in zip(distinct, encs)}
         return np.fromiter((i for w in words for i in table[w]), self.dtype)
 
