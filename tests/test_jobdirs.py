@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import records, run_cli
+from conftest import records, run_cli, wandb_summary
 
+from ablate.job import cpu_cores
 from ablate.jobdir import job_dir_name
 
 # 24 real keys of the config, each set to one value (their defaults, or tiny sizes)
@@ -64,9 +65,11 @@ def test_sweep_of_25_keys(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "joblib", "submitit_local"])
-def test_path_and_list_overrides(tmp_path: Path, tiny: list[str], launcher: str) -> None:
+def test_path_and_list_overrides_under_every_launcher(tmp_path: Path, tiny: list[str], launcher: str) -> None:
     """Hydra names the job directory in the process that runs the job: the resolver must be
-    there for every launcher (joblib workers and submitit jobs get it with Hydra's state)."""
+    there for every launcher (joblib workers and submitit jobs get it with Hydra's state). The same
+    sweep checks what a parallel launcher owes each job: one record and one wandb run, its share of
+    the cores, where its time went."""
     text = "the quick brown fox jumps over the lazy dog. " * 300
     paths = []
     for name in ("a", "b"):  # the same file name in two nested directories
@@ -76,8 +79,8 @@ def test_path_and_list_overrides(tmp_path: Path, tiny: list[str], launcher: str)
         paths.append(path)
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "task=lm", f"task.path={paths[0]},{paths[1]}", "pos_enc=rope", "task.eval_lengths=[128]",
-                   "task.seq_len=32", *tiny, "logger=none", f"hydra.sweep.dir={sweep}",
-                   *LAUNCHER_ARGS[launcher]], tmp_path, timeout=400)
+                   "task.seq_len=32", *tiny, f"hydra.sweep.dir={sweep}", *LAUNCHER_ARGS[launcher]],
+                  tmp_path, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
     assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
@@ -85,7 +88,21 @@ def test_path_and_list_overrides(tmp_path: Path, tiny: list[str], launcher: str)
     assert all("128" in r["metrics"]["eval"] for r in recs)
     dirs = job_dirs(sweep)
     assert len(set(dirs)) == 2
-    assert {p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")} == set(dirs)
+    assert {p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")} - {sweep / "wandb"} == set(dirs)
+
+    assert len({r["wandb"]["dir"] for r in recs}) == 2
+    for r in recs:
+        assert wandb_summary(r["wandb"]["dir"])["summary"]["status"] == "ok"
+        if launcher == "joblib":  # two jobs at once share the cores
+            assert r["metrics"]["torch_threads"] == max(1, cpu_cores() // 2)
+        # where the job's time went: its process's start, then each phase (scripts/bench_startup.py)
+        assert r["job"]["process_started_at"] <= r["job"]["started_at"]
+        phases = r["metrics"]["time_s"]
+        assert set(phases) == {"validate", "wandb_init", "setup", "memory", "fit", "steps", "test"}
+        assert all(v >= 0 for v in phases.values()) and phases["steps"] <= phases["fit"]
+    if launcher == "submitit_local":  # a process per job
+        assert len({r["job"]["process_started_at"] for r in recs}) == 2
+    assert (sweep / "table.csv").exists()
 
 
 # --- job_dir_name -------------------------------------------------------------------------------

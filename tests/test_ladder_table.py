@@ -144,20 +144,20 @@ def test_cli_writes_the_ladder_csv(tmp_path):
     assert (Path(tmp_path) / "scaling.png").is_file()
 
 
-@pytest.mark.slow  # a real ladder through the `ablate` CLI, twice
-def test_a_tiny_ladder_through_the_cli_in_parallel_relaunches_and_ends_in_its_ladder_table(tmp_path):
-    """3 widths x 2 variants x 2 seeds under the joblib launcher (two worker processes), each job
-    trained on 2 tokens per parameter of its own model; the sweep ends in the ladder layout with
-    scaling.png, and a relaunch would find every job done."""
+@pytest.mark.slow  # a real ladder through the `ablate` CLI
+def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
+    """3 widths x 2 variants, each job trained on 2 tokens per parameter of its own model (the
+    planner's steps, the same under every launcher: tests/test_planner.py); the sweep ends in the
+    ladder layout with scaling.png."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "model.d_model=16,32,48", "qkv_sharing=independent,qkv_shared", "seed=0,1",
+    args = ["-m", "model.d_model=16,32,48", "qkv_sharing=independent,qkv_shared",
             "budget.match=tokens_per_param", "budget.tokens_per_param=2", "trainer=debug", "model.n_heads=2",
             "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
-            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+            f"hydra.sweep.dir={sweep}"]
     out = run_cli(args, tmp_path, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
-    assert len(recs) == 12 and {r["status"] for r in recs} == {"ok"}
+    assert len(recs) == 6 and {r["status"] for r in recs} == {"ok"}
     steps_of_width = {}
     for r in recs:
         task, m = r["config"]["task"], r["metrics"]
@@ -170,8 +170,3 @@ def test_a_tiny_ladder_through_the_cli_in_parallel_relaunches_and_ends_in_its_la
     header = (sweep / "table.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "variant" and sum(c.endswith("_loss") for c in header) == 3, header  # one per rung
     assert (sweep / "scaling.png").is_file() and not (sweep / "table.png").exists()
-
-    # relaunched, the sweep plans the same jobs with the same steps, all done (--plan: what a relaunch runs)
-    again = run_cli(["--plan", *args], tmp_path, timeout=400)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "to run: 0 job(s), 0 training steps; done already: 12" in again.stdout, again.stdout[-3000:]
