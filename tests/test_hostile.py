@@ -149,8 +149,7 @@ def test_bad_values_through_the_cli_exit_2_naming_each(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sweep,named", [("model.dropout=0.1,abc", "model.dropout='abc'"),
-                                         ("init.std=0.02,-1", "init.std=-1 must be > 0")])
+@pytest.mark.parametrize("sweep,named", [("init.std=0.02,-1", "init.std=-1 must be > 0")])
 def test_sweep_with_one_bad_job_trains_nothing(tmp_path: Path, sweep: str, named: str) -> None:
     out = run_cli(["-m", *BASE, sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
