@@ -95,10 +95,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     split); evaluate on the test split at every length; measure.
 
     Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
-    from ablate.lit import LearningCurve, curve_steps, masked_loss
-    from ablate.optim import make_optimizer
-    from ablate.lit import SpeedMeter
+    from ablate.lit import LearningCurve, SpeedMeter, curve_steps, masked_loss
     from ablate.measure import measure_training_memory
+    from ablate.optim import make_optimizer
 
     clock = time.perf_counter()
     time_s = metrics.setdefault("time_s", {})  # where the job's time went (docs/internals.md)

@@ -80,26 +80,14 @@ def _causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
 _block_masks: dict[tuple, Any] = {}
 
 
+@torch.compiler.disable  # built eagerly, once per (length, device), also inside a compiled model
 def causal_block_mask(T: int, device: torch.device) -> Any:
     """The causal ``BlockMask`` of a length-T self-attention (cached)."""
     key = (T, str(device))
     if key not in _block_masks:
-        _block_masks[key] = _eager_block_mask()(T, device)
-    return _block_masks[key]
-
-
-@functools.cache
-def _eager_block_mask() -> Callable[[int, torch.device], Any]:
-    """``create_block_mask`` run eagerly, also inside a compiled model. Wrapped on first use, not at
-    import: ``torch.compiler.disable`` imports TorchDynamo (seconds), which a process that only
-    validates a config or plans a sweep never needs."""
-
-    @torch.compiler.disable
-    def build(T: int, device: torch.device) -> Any:
         with torch.inference_mode(False):  # usable for training when first built in validation
-            return create_block_mask(_causal, None, None, T, T, device=device)
-
-    return build
+            _block_masks[key] = create_block_mask(_causal, None, None, T, T, device=device)
+    return _block_masks[key]
 
 
 @functools.cache
