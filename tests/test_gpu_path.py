@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import REPO, cli_env, compose_cfg, run_cli
+from conftest import REPO, cli_env, compose_cfg, records, run_cli
 from test_model import VOCAB, make_cfg
 
 from ablate.config import ConfigError, validate
@@ -47,11 +47,12 @@ def result(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_compiled_run_through_the_cli_trains_like_the_eager_one(tmp_path: Path, tiny: list[str]) -> None:
-    args = [*tiny, "logger=none"]
-    for name, extra in (("eager", []), ("compiled", ["model.compile=true"])):
-        out = run_cli([*args, *extra, f"hydra.run.dir={tmp_path / name}"], tmp_path)
-        assert out.returncode == 0, out.stderr[-3000:]
-    eager, compiled = result(tmp_path / "eager"), result(tmp_path / "compiled")
+    # both runs in one process (a two-job sweep): one interpreter start, not two
+    out = run_cli(["-m", *tiny, "logger=none", "model.compile=false,true", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                  tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    eager, compiled = sorted(records(tmp_path / "sweep"), key=lambda r: r["config"]["model"]["compile"])
+    assert eager["status"] == "ok" and eager["config"]["model"]["compile"] is False
     assert compiled["status"] == "ok" and compiled["config"]["model"]["compile"] is True
     e, c = eager["metrics"], compiled["metrics"]
     assert c["params"] == e["params"] and c["flops_per_token"] == e["flops_per_token"]

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import builtin_options, records, run_cli
+from conftest import builtin_options, compose_cfg, records, run_cli
 from test_model import GROUPS, VOCAB, build
 
 from ablate.catalog import options
@@ -263,15 +262,27 @@ def test_deberta_trains_under_debug_in_one_command(tmp_path: Path, tiny: list[st
     assert record["status"] == "ok"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # trains two runs in process (seconds)
 def test_linear_attention_takes_less_memory_than_softmax_at_256_tokens(tmp_path: Path) -> None:
     """The attention experiment's table at T=256 (its model, two steps: the memory column is the
-    deterministic accounting of a training step, whatever the number of steps)."""
-    sweep = tmp_path / "sweep"
-    out = run_cli(["-m", "experiment=attention", "attention=softmax,linear", "task.seq_len=256", "seed=0",
-                   "trainer.max_steps=2", "measure.warmup_steps=1", "logger=none", f"hydra.sweep.dir={sweep}"],
-                  tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = {r["overrides"]: r for r in csv.DictReader((sweep / "table.csv").open())}
-    softmax, linear = (float(rows[f"attention={p}"]["memory_mib"]) for p in ("softmax", "linear"))
+    deterministic accounting of a training step, whatever the number of steps). The two jobs of
+    ``ablate -m experiment=attention attention=softmax,linear task.seq_len=256 ...`` run in process
+    through the same ``run_job`` and the same table as the CLI's."""
+    from ablate.job import Job
+    from ablate.report import build_table, csv_columns, csv_rows
+    from ablate.run import run_job
+
+    fixed = ["experiment=attention", "task.seq_len=256", "seed=0", "trainer.max_steps=2",
+             "measure.warmup_steps=1", "logger=none", "task.n_val=16", "task.n_test=16"]  # fewer held-out windows
+    found = []
+    for pattern in ("softmax", "linear"):
+        overrides = [f"attention={pattern}", *fixed]
+        job = Job(tmp_path / pattern, overrides, {"attention": pattern}, str(tmp_path), None)
+        record = run_job(compose_cfg(overrides), job)
+        assert record["status"] == "ok", record["error"]
+        found.append({**record, "_path": str(tmp_path / pattern / "result.json")})
+    table = build_table(found)
+    names = csv_columns(table)
+    rows = {r[names.index("overrides")]: r for r in csv_rows(table)}
+    softmax, linear = (float(rows[f"attention={p}"][names.index("memory_mib")]) for p in ("softmax", "linear"))
     assert linear < softmax

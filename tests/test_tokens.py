@@ -1,6 +1,7 @@
-"""Tokenized corpora (``task=lm``, ``ablate.data.tokens``): BPE trained locally, the token cache
-(keyed by content, reused, safe under parallel jobs), pre-tokenized ``.bin`` files, checks of the
-settings, and a 200 MB corpus trained through the CLI in the memory of a 2 MB one."""
+"""Tokenized corpora (``task=lm``, ``ablate.data.tokens`` and ``ablate.data.encoders``): BPE
+trained locally, the token cache (keyed by content, reused, safe under parallel jobs),
+pre-tokenized ``.bin`` files, checks of the settings, and a 200 MB corpus trained through the CLI
+in the memory of a 2 MB one."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from conftest import BIN, cli_env, compose_cfg
 from ablate.components import resolve
 from ablate.config import ConfigError, validate
 from ablate.data import build_task, check
+from ablate.data import encoders as enc
 from ablate.data import tokens as tok
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,8 +80,8 @@ def test_word_encoder_gives_the_ids_of_tokenizers(tmp_path: Path) -> None:
     """The NumPy word splitter + table give exactly ``tokenizers``' own ids for the whole text,
     for any cut into pieces at safe points, after the table starts over, and on the slow path."""
     text = write_corpus(tmp_path / "c.txt", 300_000).read_text()
-    trained = tok.train_bpe([text[i:i + 65536] for i in range(0, len(text), 65536)], 600)
-    assert tok.uses_word_encoder(trained) and trained.get_vocab_size() == 600
+    trained = enc.train_bpe([text[i:i + 65536] for i in range(0, len(text), 65536)], 600)
+    assert enc.uses_word_encoder(trained) and trained.get_vocab_size() == 600
     rng = random.Random(1)
     alphabet = list("abcXYZ019 \t\n\r\x0b\x0c!?.,'\"-_\x00\x7féü日本語🙂\u00a0\u3000") + \
         ["  ", "\n\n", " 12345 ", "word", " x", "1234567", "a" * 40,
@@ -88,9 +90,9 @@ def test_word_encoder_gives_the_ids_of_tokenizers(tmp_path: Path) -> None:
     for sample in (odd, text[:30000]):
         data = sample.encode()
         expected = trained.encode(sample, add_special_tokens=False).ids
-        encoder = tok.WordEncoder(trained, np.uint16, max_words=50)  # starts over often
+        encoder = enc.WordEncoder(trained, np.uint16, max_words=50)  # starts over often
         for size in (7, 100, 5000, 1 << 20):
-            parts = list(tok.pieces((data[i:i + size] for i in range(0, len(data), size)), size=size))
+            parts = list(enc.pieces((data[i:i + size] for i in range(0, len(data), size)), size=size))
             assert b"".join(parts) == data
             assert np.concatenate([encoder.encode(p) for p in parts]).tolist() == expected, size
         assert encoder.encode_exact(data).tolist() == expected
@@ -104,14 +106,14 @@ def test_a_1mb_word_trains_and_encodes_as_tokenizers_does() -> None:
     """Text without a space (DNA here; minified code, CJK) is cut into words of MAX_WORD_CHARS."""
     rng = random.Random(2)
     text = "".join(rng.choice("ACGT") for _ in range(1_000_000))
-    trained = tok.train_bpe([text[i:i + 65536] for i in range(0, len(text), 65536)], 300)
-    assert tok.uses_word_encoder(trained)
+    trained = enc.train_bpe([text[i:i + 65536] for i in range(0, len(text), 65536)], 300)
+    assert enc.uses_word_encoder(trained)
     sample = text[:50_000] + "日本語" * 40
     expected = trained.encode(sample, add_special_tokens=False).ids
-    encoder = tok.WordEncoder(trained, np.uint16)
+    encoder = enc.WordEncoder(trained, np.uint16)
     assert encoder.encode(sample.encode()).tolist() == expected
     assert encoder.encode_exact(sample.encode()).tolist() == expected
-    assert max(len(trained.decode([i])) for i in set(expected)) <= tok.MAX_WORD_CHARS
+    assert max(len(trained.decode([i])) for i in set(expected)) <= enc.MAX_WORD_CHARS
 
 
 # ---------------------------------------------------------------------------- bpe
@@ -125,7 +127,7 @@ def test_bpe_trains_on_the_training_part_and_encodes_offline(tmp_path: Path, mon
     assert t.encoded and t.info["encoder"] == "WordEncoder"
     entry = Path(t.path).parent
     assert sorted(p.name for p in entry.iterdir()) == ["tokenizer.json", "tokens.bin", "tokens.json"]
-    trained = tok.load_tokenizer(entry / "tokenizer.json")
+    trained = enc.load_tokenizer(entry / "tokenizer.json")
     assert trained.get_vocab_size() <= 700
     assert trained.token_to_id("Ġzyxwvutsr") is None and trained.token_to_id("zyxwvutsr") is None
     assert t.info["sample_bytes"] <= tok.SAMPLE_SHARE * t.split_byte
@@ -182,7 +184,7 @@ def test_bits_per_byte_divide_by_the_bytes_of_the_scored_targets(tmp_path: Path)
     corpus = write_corpus(tmp_path / "c.txt", 200_000)
     task = built(corpus, tokenizer="bpe", vocab_size=400, cache_dir=str(tmp_path / "cache"), n_test=6,
                  eval_lengths=[32])
-    trained = tok.load_tokenizer(Path(task.tokens.path).parent / "tokenizer.json")
+    trained = enc.load_tokenizer(Path(task.tokens.path).parent / "tokenizer.json")
     evals = {}
     for length in (16, 32):
         batches = task.eval_batches(length)
@@ -203,7 +205,7 @@ def test_bits_per_byte_divide_by_the_bytes_of_the_scored_targets(tmp_path: Path)
     words = Tokenizer(models.BPE(unk_token="?"))
     words.pre_tokenizer, words.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
     words.train([str(corpus)], trainers.BpeTrainer(vocab_size=300, show_progress=False, special_tokens=["?"]))
-    assert tok.byte_lengths(words) is None and tok.byte_lengths(trained) is not None
+    assert enc.byte_lengths(words) is None and enc.byte_lengths(trained) is not None
     ids = words.encode("tel kaml 12 ø").ids
     assert tok.TargetBytes(tok=words)([np.array(ids)]) == len("tel kaml 12 ø".encode())
 

@@ -1,7 +1,8 @@
 """Language modelling on local text (``task=lm``): bytes, BPE, or your own tokenizer.
 
 Every input position is labelled with the next token (metric ``next_token_accuracy``; the loss
-is nats per token). ``task.tokenizer`` (see :mod:`ablate.data.tokens`):
+is nats per token). ``task.tokenizer`` (see :mod:`ablate.data.tokens` and
+:mod:`ablate.data.encoders`):
 
 * ``bytes`` (default): the tokens are the UTF-8 bytes (vocabulary 256, no specials); the loss
   is nats per byte, ``loss / ln 2`` bits per byte;
@@ -64,6 +65,7 @@ import torch
 
 from . import tokens as tok
 from .base import IGNORE, N_VAL, Batch, Task, check_split, train_generator
+from .encoders import tokenizer_vocab_size
 
 #: stdlib modules whose source forms the default corpus (all present since Python 3.10)
 DEFAULT_CORPUS_MODULES: tuple[str, ...] = (
@@ -170,7 +172,7 @@ class LanguageModel(Task):
             return 256
         if self.tokenizer == "bpe":
             return int(setting or tok.DEFAULT_BPE_VOCAB)
-        return tok.tokenizer_vocab_size(self.tokenizer)
+        return tokenizer_vocab_size(self.tokenizer)
 
     @property
     def unit(self) -> str:
