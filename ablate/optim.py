@@ -34,13 +34,21 @@ class OptimSettings:
 
 
 def make_optimizer(params: Any, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only (not on norms, biases or gains), as in GPT-2."""
-    params = [p for p in params if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": optim["weight_decay"]},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=optim["lr"], betas=tuple(optim["betas"]))
+    """AdamW; weight decay on matrices only (not on norms, biases or gains), as in GPT-2.
+
+    A parameter's ``lr_scale`` attribute (μP's 1/width multiplier of hidden matrices, set by
+    ``ablate.model.mup``) scales its learning rate and divides its weight decay, so lr·wd, the decay
+    per step of PyTorch's AdamW, is unchanged (microsoft/mup's MuAdamW does the same). Parameters
+    without it (every one under the standard parametrization) form the two groups above."""
+    groups: dict[tuple[bool, float], list] = {(True, 1.0): [], (False, 1.0): []}
+    for p in params:
+        if p.requires_grad:
+            groups.setdefault((p.dim() >= 2, float(getattr(p, "lr_scale", 1.0))), []).append(p)
+    order = sorted(groups, key=lambda key: (not key[0], key[1] != 1.0, key[1]))  # decay first, unscaled first
+    return torch.optim.AdamW(
+        [{"params": groups[decay, scale], "lr": optim["lr"] * scale,
+          "weight_decay": optim["weight_decay"] / scale if decay else 0.0} for decay, scale in order],
+        lr=optim["lr"], betas=tuple(optim["betas"]))
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import apply_smoke, config_problems
 from ablate.job import launcher_kind, sweeper_refusal
-from ablate.sweep import (Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
+from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
                           job_variant, override_key, same_jobs, split_override_string, swept_keys)
 
 LR_KEY = "optim.lr"
@@ -137,6 +137,12 @@ class Planner:
         first = tuning_jobs(definition, swept, tune) if tune else definition
         self._validate(definition + [job for job in first if job_signature(job) not in
                                      {job_signature(j) for j in definition}])
+        if tune is not None and tune.rungs == "smallest":
+            try:
+                tune.transfer = self._rung_transfer(definition, swept)
+            except ValueError as error:
+                raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
+            first = tuning_jobs(definition, swept, tune)
         match = str(OmegaConf.select(self.config, "budget.match", default="steps"))  # steps: each its own
         budget = None
         if match != "steps" and self.config.get("smoke") is not True:  # a smoke test: few steps
@@ -181,7 +187,33 @@ class Planner:
         seeds = [int(_value(job, "seed")) for job in definition if _value(job, "seed") is not None]
         return Tuning(lr=sorted(set(grid) | {default}), default_lr=default,
                       seeds=[int(s) for s in self.config.tune.seeds], metric=str(self.config.tune.metric),
-                      final_seeds=sorted(set(seeds)) or [int(self.config.seed)])
+                      final_seeds=sorted(set(seeds)) or [int(self.config.seed)],
+                      rungs=str(OmegaConf.select(self.config, "tune.rungs", default="all")))
+
+    def _rung_transfer(self, definition: list[list[str]], swept: list[str]) -> dict[str, str]:
+        """``tune.rungs=smallest``: each variant of a larger model size -> the variant of the same row
+        (the same settings but the size keys) with the fewest parameters, whose tuned lr it reuses.
+        μP is what makes that lr right at the larger widths, so every job must run under it."""
+        size = [k for k in SIZE_KEYS if k in swept]
+        if not size:
+            raise ValueError(f"tune.rungs=smallest tunes the smallest model size and reuses its lr at the larger "
+                             f"ones, but this sweep sweeps no model size ({', '.join(SIZE_KEYS)}); use tune.rungs=all")
+        standard = list(dict.fromkeys(job_variant(job, swept) or "defaults" for job in definition
+                                      if self.compose(job).model.parametrization != "mup"))
+        if standard:
+            raise ValueError(f"tune.rungs=smallest reuses the smallest model's lr at larger widths, which holds under "
+                             f"μP only, but {', '.join(standard[:3])}{' ...' if len(standard) > 3 else ''} run "
+                             "model.parametrization=standard; set model.parametrization=mup (and "
+                             "model.mup_base_width), or tune.rungs=all")
+        rows: dict[str, dict[str, float]] = {}
+        for job in definition:
+            rest = job_variant([o for o in job if override_key(o) not in size], swept)
+            rows.setdefault(rest, {})[job_variant(job, swept)] = self.cost(job)["params"]
+        transfer = {}
+        for params in rows.values():
+            smallest = min(params, key=params.get)
+            transfer |= {variant: smallest for variant in params if variant != smallest}
+        return transfer
 
     # ------------------------------------------------------------------------------ validation
 
@@ -320,7 +352,8 @@ def tuning_jobs(definition: list[list[str]], swept: list[str], tune: Tuning) -> 
     and the learning rate set (its other settings, e.g. a budget's steps, kept)."""
     first_of: dict[str, list[str]] = {}
     for job in definition:
-        first_of.setdefault(job_variant(job, swept), _no_seed(job))
+        if job_variant(job, swept) not in tune.transfer:  # tune.rungs=smallest: a larger rung reuses a lr
+            first_of.setdefault(job_variant(job, swept), _no_seed(job))
     return [job + [f"seed={seed}", f"{LR_KEY}={lr_text(lr)}"]
             for job in first_of.values() for lr in tune.lr for seed in tune.seeds]
 
@@ -366,6 +399,8 @@ def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], d
         finite = {lr: m for lr, m in means.items() if math.isfinite(m)}
         scores[variant] = {lr_text(lr): sign * finite[lr] if lr in finite else None for lr in per_lr}
         chosen[variant] = min(finite, key=lambda lr: (finite[lr], lr)) if finite else tune.default_lr
+    for variant, source in tune.transfer.items():  # tune.rungs=smallest: the smallest rung's choice
+        chosen[variant] = chosen.get(source, tune.default_lr)
     return chosen, scores
 
 

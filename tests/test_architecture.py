@@ -45,7 +45,8 @@ LAYERS = {
                  "ablate.resolvers", "ablate.job", "ablate.train", "ablate.run", "ablate.timing"],
     "planning": ["ablate.planner", "ablate.preview"],
     "report": ["ablate.report"],
-    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli"],
+    "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli",
+                     "ablate.coord_check"],
 }
 ORDER = list(LAYERS)
 

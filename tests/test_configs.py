@@ -56,7 +56,8 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
 
 
 #: experiments that run fewer than 3 seeds by default, and why
-FEWER_SEEDS = {"ladder": "3 rungs x 3 rows: 2 seeds keep its 18 runs within 15 minutes on 2 cores"}
+FEWER_SEEDS = {"ladder": "3 rungs x 3 rows: 2 seeds keep its 18 runs within 15 minutes on 2 cores",
+               "lr_transfer": "40 tuning runs come first: a second seed at each chosen lr keeps it within 15 minutes"}
 
 
 def test_experiments_declare_sweeps_seeds_and_budget() -> None:

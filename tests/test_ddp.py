@@ -18,8 +18,10 @@ pytestmark = pytest.mark.slow  # two DDP ranks through the real `ablate` CLI
 
 
 def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list[str]) -> None:
+    # under μP (its per-parameter learning rates and multipliers must survive DDP and a checkpoint)
     out = run_cli([*tiny, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=10",
-                   "task.n_test=60", "checkpoint.keep=true", "hydra.run.dir=run"], tmp_path)
+                   "task.n_test=60", "checkpoint.keep=true", "hydra.run.dir=run",
+                   "model.parametrization=mup", "model.mup_base_width=8"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (record,) = records(tmp_path / "run")  # rank 0 alone writes the record and the wandb run
     assert record["status"] == "ok" and record["metrics"]["steps"] == 10

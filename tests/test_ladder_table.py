@@ -146,18 +146,26 @@ def test_cli_writes_the_ladder_csv(tmp_path):
 
 @pytest.mark.slow  # a real ladder through the `ablate` CLI
 def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
-    """3 widths x 2 variants, each job trained on 2 tokens per parameter of its own model (the
-    planner's steps, the same under every launcher: tests/test_planner.py); the sweep ends in the
-    ladder layout with scaling.png."""
+    """3 widths x 2 variants under μP, each job trained on 2 tokens per parameter of its own model (the
+    planner's steps, the same under every launcher: tests/test_planner.py), the lr tuned on the
+    smallest width only (tune.rungs=smallest); the sweep ends in the ladder layout with scaling.png."""
     sweep = tmp_path / "sweep"
     args = ["-m", "model.d_model=16,32,48", "qkv_sharing=independent,qkv_shared",
             "budget.match=tokens_per_param", "budget.tokens_per_param=2", "trainer=debug", "model.n_heads=2",
             "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
+            "tune.lr=[1e-3]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=16",
             f"hydra.sweep.dir={sweep}"]
     out = run_cli(args, tmp_path, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
-    assert len(recs) == 6 and {r["status"] for r in recs} == {"ok"}
+    # tuning: 2 variants x 2 rates (1e-3 and optim.lr) at width 16 only; then the 4 wider jobs (the
+    # width-16 ones at the chosen rate are tuning runs, found done)
+    assert len(recs) == 8 and {r["status"] for r in recs} == {"ok"}
+    assert {r["config"]["model"]["d_model"] for r in recs if "model.d_model=16" in r["tune"]["tuned_on"]} == {16, 32, 48}
+    for r in recs:
+        source = r["tune"]["tuned_on"]
+        assert r["tune"]["rungs"] == "smallest" and "model.d_model=16" in source, r["tune"]
+    assert "tune.rungs=smallest" in (sweep / "table.md").read_text()
     steps_of_width = {}
     for r in recs:
         task, m = r["config"]["task"], r["metrics"]
@@ -170,3 +178,38 @@ def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
     header = (sweep / "table.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "variant" and sum(c.endswith("_loss") for c in header) == 3, header  # one per rung
     assert (sweep / "scaling.png").is_file() and not (sweep / "table.png").exists()
+
+
+def test_a_tuned_ladder_is_built_from_the_runs_at_each_chosen_lr(tmp_path):
+    """A tuned ladder (tune.lr, e.g. tune.rungs=smallest under μP) has tuning runs at other rates in its
+    sweep directory; the ladder's cells are the runs at each variant's chosen rate, and the caption says
+    how the rate was chosen (on the old code every run of a rung and seed went in, the first one kept)."""
+    from ablate.sweep import SweepPlan, Tuning, job_variant
+
+    chosen_runs = ladder_records()
+    tuning = []
+    for r in chosen_runs:
+        if r["config"]["seed"] == 0:  # the tuning run at the rate not chosen: much worse
+            bad = json.loads(json.dumps(r))
+            bad["overrides"] = r["overrides"] + ["optim.lr=0.03"]
+            bad["metrics"]["val"]["loss"] = bad["metrics"]["final_loss"] = r["metrics"]["val"]["loss"] + 5
+            bad["metrics"]["lr"] = 0.03
+            tuning.append(bad)
+        r["overrides"] = r["overrides"] + ["optim.lr=0.001"]
+        r["metrics"]["lr"] = 0.001
+    swept = ["model.size", "ffn", "seed"]
+    variants = {job_variant(r["overrides"], swept) for r in chosen_runs}
+    transfer = {v: v.replace(f"model.size={s}", "model.size=xs") for v in variants for s in RUNGS[1:] if f"model.size={s}" in v}
+    plan = SweepPlan(swept=swept, jobs=[r["overrides"] for r in tuning], definition=[r["overrides"][:-1] for r in chosen_runs],
+                     tune=Tuning(lr=[0.001, 0.03], default_lr=0.03, seeds=[0], chosen={v: 0.001 for v in variants},
+                                 transfer=transfer, rungs="smallest"))
+    plan.write(tmp_path)
+    for i, r in enumerate(tuning + chosen_runs):
+        (tmp_path / f"job{i}").mkdir()
+        r["_path"] = str(tmp_path / f"job{i}" / "result.json")
+    t = build_table(tuning + chosen_runs, n_boot=200)
+    assert isinstance(t, LadderTable)
+    for row in t.rows:
+        for rung, cell in row.cells.items():
+            assert cell.n == 3 and abs(cell.loss_mean - law(FLOPS[rung] * (1.0 if row.key == "ffn=gelu" else 2.0))) < 1e-9
+    assert "tune.rungs=smallest" in t.caption() and "grid 0.001, 0.03" in t.caption()

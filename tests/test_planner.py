@@ -387,3 +387,38 @@ def test_a_ladder_of_a_design_tunes_each_rung_and_keeps_its_steps() -> None:
     assert {lr for v, lr in chosen.items() if "model.size=2xs" in v} == {0.003}
     for job in final_jobs(plan, chosen):
         assert int(_value(job, "trainer.max_steps")) == steps_of[plan.variant(job)]
+
+
+def test_a_mup_ladder_tunes_its_smallest_rung_only_and_reuses_the_rate_above_it(tmp_path: Path) -> None:
+    """tune.rungs=smallest: tuning runs for the smallest rung of each row only (the tuning cost cut by
+    the number of rungs); every larger rung's final runs take its row's smallest-rung rate."""
+    args = ["tune.lr=[1e-3,3e-3]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=32",
+            "model.size=3xs,2xs,xs", "seed=0,1"]
+    p = planner(args, experiment="ladder")
+    plan = p.plan()
+    rows = ["Transformer++", "- RoPE (learned positions)", "- SwiGLU (GELU FFN)"]
+    assert len(plan.jobs) == len(rows) * 2  # rows x rates, the smallest rung only (not x 3 rungs)
+    assert {_value(j, "model.size") for j in plan.jobs} == {"3xs"}
+    assert len(plan.tune.transfer) == len(rows) * 2  # the 2xs and xs variants of each row
+    assert all("model.size=3xs" in source for source in plan.tune.transfer.values())
+    records = [{"overrides": job, "status": "ok",
+                "metrics": {"val": {"loss": 1.0 if (_value(job, "optim.lr") == "0.001") == ("RoPE" in str(job)) else 2.0}}}
+               for job in plan.jobs]
+    chosen, _ = choose_lr(records, plan)
+    for job in final_jobs(plan, chosen):
+        row_rate = "0.001" if "RoPE" in str(job) else "0.003"
+        assert _value(job, "optim.lr") == row_rate, job
+    assert len(final_jobs(plan, chosen)) == len(plan.definition) == len(rows) * 3 * 2
+    plan.write(tmp_path)  # sweep.json keeps which rung each rate came from
+    assert SweepPlan.read(tmp_path).tune.transfer == plan.tune.transfer
+    assert SweepPlan.read(tmp_path).tune.rungs == "smallest"
+
+
+@pytest.mark.parametrize("args,named", [
+    (["tune.lr=[1e-3]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=32",
+      "qkv_sharing=independent,qk_shared"], "sweeps no model size"),
+    (["tune.lr=[1e-3]", "tune.rungs=smallest", "model.d_model=32,64"], "model.parametrization=standard"),
+])
+def test_tuning_the_smallest_rung_only_is_refused_without_sizes_or_without_mup(args, named) -> None:
+    with pytest.raises(SweepError, match=named):
+        planner(args).plan()

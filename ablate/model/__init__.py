@@ -4,6 +4,8 @@ Each option of a group names its class (or, for ``init``, its function) by ``_ta
 YAML; each concern's file holds the base class of its contract and a ``check`` of it.
 """
 
-from .transformer import MODEL_GROUPS, SIZES, Block, ModelSettings, Transformer, assemble, build_model, option
+from .transformer import (MODEL_GROUPS, SIZES, Block, ModelSettings, Transformer, assemble, build_model, option,
+                          parametrize_mup)
 
-__all__ = ["MODEL_GROUPS", "SIZES", "Block", "ModelSettings", "Transformer", "assemble", "build_model", "option"]
+__all__ = ["MODEL_GROUPS", "SIZES", "Block", "ModelSettings", "Transformer", "assemble", "build_model", "option",
+           "parametrize_mup"]

@@ -13,6 +13,9 @@ exposes ``d_model`` and ``n_layers``; conventions the built-in schemes rely on:
 * residual-branch output projections (attention and FFN) are named ``out_proj``;
 * FFN layers live under a module named ``ffn``.
 
+Optional: a ``mup_init`` attribute, ``"fixed"`` or ``"fan_in"``, says how the scheme composes with
+``model.parametrization=mup`` (``mup.py``); without it μP refuses the scheme.
+
 Except ``default``, every scheme zeroes Linear biases and re-draws ``nn.Embedding`` tables
 (tokens, learned positions, T5 buckets); norms keep their own initial values.
 """
@@ -112,6 +115,13 @@ def zero_out(model: nn.Module, std: PositiveFloat = 0.02) -> None:
     each block is the identity at initialisation (as in ReZero, Bachlechner et al. 2020,
     and Fixup's zero-initialised last layers, Zhang et al. 2019, §3)."""
     _reset(model, lambda name, role, w: w.zero_() if is_residual_out(name) else w.normal_(0.0, std), std)
+
+
+# How each scheme composes with μP (model.parametrization=mup; mup.py): "fixed" stds are read as the
+# stds at the base width, "fan_in" schemes already scale hidden weights with 1/fan_in. xavier,
+# small_init and deepnet shrink the embeddings with width and declare nothing: μP refuses them.
+default.mup_init = "fan_in"
+normal.mup_init = scaled.mup_init = zero_out.mup_init = "fixed"
 
 
 def pairing_problems(target: Any, settings: Mapping[str, Any], model: nn.Module) -> list[str]:

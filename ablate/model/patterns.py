@@ -13,6 +13,8 @@ The contract of an ``attention`` option (built-in or your own class, named by ``
 * optional capability flags (class attributes, default True): ``additive_bias`` (it can add a
   position bias such as alibi's to its scores) and ``mask_self`` (it can hide a token's own key);
   validation refuses a combination the pattern cannot express, naming both options;
+* optional ``scale`` attribute (float or None): the factor on the scores q·k, None meaning 1/√d_h;
+  ``model.parametrization=mup`` sets it (``mup.py``) and refuses a pattern that has none;
 * optional ``flex = True`` (default False): it also takes a :class:`FlexScores` as ``attn_mask``
   (the position bias as a FlexAttention score function instead of a materialised tensor; the
   model passes one only to a pattern that declares this, see ``Transformer.mask``);
@@ -95,7 +97,7 @@ def _compiled_flex() -> Callable[..., Tensor]:
     return torch.compile(flex_attention, dynamic=False)
 
 
-def flex_attend(q: Tensor, k: Tensor, v: Tensor, scores: FlexScores) -> Tensor:
+def flex_attend(q: Tensor, k: Tensor, v: Tensor, scores: FlexScores, scale: float | None = None) -> Tensor:
     """softmax(q·kᵀ/√d_h + bias)·v through ``flex_attention`` (GQA: K/V heads shared by groups).
     FlexAttention's fused kernel exists only compiled: inside a compiled model (``model.compile``)
     the call is traced with the rest; in an eager model on CUDA it goes through its own
@@ -103,7 +105,7 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, scores: FlexScores) -> Tensor:
     only, torch has no CPU backward for it)."""
     eager = torch.compiler.is_compiling() or q.device.type != "cuda"
     fn = flex_attention if eager else _compiled_flex()
-    return fn(q, k, v, score_mod=scores.score_mod, block_mask=scores.block_mask,
+    return fn(q, k, v, score_mod=scores.score_mod, block_mask=scores.block_mask, scale=scale,
               enable_gqa=k.shape[1] != q.shape[1])
 
 
@@ -113,6 +115,8 @@ class Pattern(nn.Module):
     additive_bias: bool = True   # can add an additive position bias (alibi, t5_bias, kerple)
     mask_self: bool = True       # can exclude each token's own key (qkv_sharing.mask_self)
     flex: bool = False           # also takes a FlexScores as attn_mask (FlexAttention)
+    # the factor on the scores q·k: None is 1/√d_h; μP sets √(base d_h)/d_h (model.parametrization, mup.py)
+    scale: float | None = None
 
     def __init__(self, d_model: int, n_heads: int, causal: bool) -> None:
         super().__init__()
@@ -144,7 +148,7 @@ class Softmax(Pattern):
             if dropout:
                 raise ValueError("attention=softmax: FlexAttention has no attention dropout; "
                                  "the model uses the materialised mask when model.dropout > 0")
-            return flex_attend(q, k, v, attn_mask)
+            return flex_attend(q, k, v, attn_mask, self.scale)
         extra = {}
         if k.shape[1] != q.shape[1]:  # MQA/GQA: each K/V head serves a group of query heads
             if attn_mask is None:
@@ -152,7 +156,7 @@ class Softmax(Pattern):
             else:  # the fused masked kernels do not take groups: expand K/V instead
                 k, v = expand_kv(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal and attn_mask is None,
-                                              dropout_p=dropout, **extra)
+                                              dropout_p=dropout, scale=self.scale, **extra)
 
     def flops(self, seq_len: int, batch_size: int) -> float:
         """q·kᵀ and weights·v over all T keys, per query head: 2 · 2·T·d_h · H = 4·T·d_model per
@@ -230,7 +234,7 @@ class Local(Pattern):
                 finite = attn_mask.masked_fill(attn_mask == float("-inf"), 0.0)
                 mask = finite.masked_fill(~allowed, float("-inf"))
         k, v = expand_kv(q, k, v)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.scale)
 
     def flops(self, seq_len: int, batch_size: int) -> float:
         """As softmax's, 4·T·d_model per token: the band is a mask on the full T×T scores, so this
@@ -261,7 +265,8 @@ class Linear(Pattern):
     gradient (§3.3.1) avoids storing them; this costs one extra forward of the pattern. No attention weights exist, so there is no attention dropout
     (the residual dropout still applies), no additive position bias and no ``mask_self``
     (validation refuses them); an encoder's boolean mask is read as key padding (a key is
-    dropped from S and z when no query may attend to it)."""
+    dropped from S and z when no query may attend to it). No softmax scores either, so ``scale``
+    (μP's) does not apply."""
 
     additive_bias = False
     mask_self = False

@@ -19,7 +19,7 @@ model. ``model.size=3xs|2xs|xs|s|m|l`` presets d_model, n_heads and n_layers (``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Mapping
 
 import torch
@@ -31,6 +31,7 @@ from ablate.components import Fraction, PositiveInt, resolve
 
 from .attention import Attention, attention_mask
 from .flops import forward_flops, training_flops
+from . import mup
 from .init import pairing_problems
 from .norms import PLACEMENTS, residual_alpha
 from .patterns import FlexScores, Softmax, causal_block_mask, flex_available
@@ -90,6 +91,11 @@ class ModelSettings:
     # FlexAttention for bias-type positions under softmax attention on CUDA ("auto"), or the
     # materialised mask everywhere ("off").
     flex: Literal["auto", "off"] = "auto"
+    # "mup": the maximal update parametrization (Yang et al. 2022), equal to "standard" at d_model =
+    # mup_base_width (required with mup); mup_base_head_dim defaults to mup_base_width / n_heads (mup.py)
+    parametrization: Literal["standard", "mup"] = "standard"
+    mup_base_width: PositiveInt | None = None
+    mup_base_head_dim: PositiveInt | None = None
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> ModelSettings:
@@ -102,6 +108,23 @@ class ModelSettings:
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
+        return cls._mup_problems(settings) + cls._sharing_problems(settings)
+
+    @staticmethod
+    def _mup_problems(settings: Mapping[str, Any]) -> list[str]:
+        base, heads = settings.get("mup_base_width"), settings.get("n_heads")
+        if settings.get("parametrization") != "mup":
+            return []
+        if base is None:
+            return ["model.parametrization=mup needs model.mup_base_width: the width at which μP equals the "
+                    "standard parametrization (e.g. the narrowest model of the sweep, or where optim.lr was tuned)"]
+        if isinstance(base, int) and isinstance(heads, int) and heads > 0 and base % heads:
+            return [f"model.mup_base_width={base} is not divisible by model.n_heads={heads}: the base model is this "
+                    "model at that width, with the same heads"]
+        return []
+
+    @staticmethod
+    def _sharing_problems(settings: Mapping[str, Any]) -> list[str]:
         k, n = settings.get("share_layers"), settings.get("n_layers")
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             return []
@@ -185,6 +208,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.head = nn.Linear(d_model, n_outputs, bias=bias)
+        self.output_mult = 1.0  # the factor on the head's input: μP's 1/width multiplier (mup.py)
         self.mask_self = any(getattr(b.attn, "mask_self", False) for b in blocks)
         pos_cls = type(pos)
         self.flex_capable = (  # see the class docstring, ``flex``
@@ -228,7 +252,8 @@ class Transformer(nn.Module):
         attn_mask, is_causal = self.mask(tokens)
         for block in self.blocks:
             x = block(x, self.pos, attn_mask, is_causal)
-        return self.head(self.final_norm(x))
+        x = self.final_norm(x)
+        return self.head(x if self.output_mult == 1.0 else x * self.output_mult)
 
     def num_params(self) -> int:
         """Trainable parameters."""
@@ -317,6 +342,22 @@ def _assemble(model: ModelSettings, cfg: Any, vocab_size: int, n_outputs: int, m
                        embed_scale=EMBED_SCALES[model.embed_scale](d), flex=model.flex)
 
 
+def parametrize_mup(model: Transformer, settings: ModelSettings, cfg: Any, scheme: Any, max_len: int,
+                    pad_id: int | None = None) -> None:
+    """``model.parametrization=mup`` on the initialised ``model``, in place (``mup.py``), against the
+    same model at ``model.mup_base_width`` (built on the meta device). Raises ValueError naming what
+    does not compose with μP."""
+    problems = mup.problems(model, scheme, getattr(scheme, "__name__", type(scheme).__name__), settings.embed_scale)
+    if problems:
+        raise ValueError("; ".join(problems))
+    n_outputs = model.head.out_features
+    with torch.device("meta"):
+        base = _assemble(replace(settings, d_model=settings.mup_base_width), cfg, model.tok_emb.num_embeddings,
+                         n_outputs, max_len, pad_id)
+    head_dim = mup.base_head_dim(settings.mup_base_width, settings.n_heads, settings.mup_base_head_dim)
+    mup.apply(model, base, scheme, head_dim)
+
+
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
                 pad_id: int | None = None) -> Transformer:
     """Assemble the model described by ``cfg``, apply its ``init`` scheme and, with
@@ -328,6 +369,8 @@ def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
     if problems:
         raise ValueError("; ".join(problems))
     init(model, **init_settings)
+    if settings.parametrization == "mup":
+        parametrize_mup(model, settings, cfg, init, max_len, pad_id)
     if hasattr(model.pos, "match_tokens"):  # a fixed position table takes the tokens' scale
         with torch.no_grad():
             model.pos.match_tokens(model.token_rms())

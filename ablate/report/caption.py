@@ -90,14 +90,32 @@ class CaptionText:
         grid = ", ".join(_lr_text(lr) for lr in t.lr)
         seeds = t.seeds
         on = f", tuning seed{'s' if len(seeds) != 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""
-        note = (f"lr tuned per variant on the validation split (grid {grid}; best validation "
+        per = ("variant" if t.rungs != "smallest" else
+               "row on its smallest rung, each larger rung reusing that lr (tune.rungs=smallest, μP)")
+        note = (f"lr tuned per {per} on the validation split (grid {grid}; best validation "
                 f"{t.metric or 'loss'}{on}); the rows are the runs at each variant's chosen lr")
-        if t.default_lr is not None:
+        if t.default_lr is not None and hasattr(self, "flat"):
             note += f"; Δ @ default lr: the same comparison at the shared default lr {_lr_text(t.default_lr)}"
-        missing = [r.label for r in self.flat if r.lr is None]
+        missing = [r.label for r in getattr(self, "flat", []) if r.lr is None]
         if missing:
             note += f"; not tuned yet (runs at the default lr shown): {', '.join(missing)}"
         return note
+
+    def transfer_note(self) -> str | None:
+        """A tuned sweep over model sizes: each group's chosen lr from the smallest size to the largest,
+        and how many grid steps it moves (does the lr transfer across width? ``tuned.lr_transfer``)."""
+        from ablate.report.tuned import lr_transfer
+        from ablate.sweep import SIZE_KEYS
+
+        groups = lr_transfer(self.tune, SIZE_KEYS)
+        if not groups:
+            return None
+        parts = []
+        for rest, chosen, spread in groups:
+            lrs = " → ".join(f"{_lr_text(lr)} ({size.split('=', 1)[1]})" for size, lr in chosen)
+            moved = "the same lr at every size" if spread == 0 else f"moves {spread} grid step{'s' if spread > 1 else ''}"
+            parts.append(f"{rest or 'default'}: {lrs}, {moved}")
+        return "chosen lr across sizes: " + "; ".join(parts)
 
     def caption(self) -> str:
         """The notes in the order a reader needs them (a smoke test's warning first), "; "-joined."""
@@ -120,7 +138,7 @@ class CaptionText:
                       else "each run's eval.early_fraction of training")
                 parts.append(f"early/final loss: validation loss at {at} (eval.early_fraction; within the run) "
                              "and at its end, mean over seeds")
-        for note in (self.budget_note(), self.tune_note()):
+        for note in (self.budget_note(), self.tune_note(), self.transfer_note()):
             if note:
                 parts.append(note)
         parts += [baseline, "diverged/failed runs are counted in status and excluded from means"]
@@ -196,9 +214,9 @@ class LadderCaptionText(CaptionText):
                          f"{acc:.2f} (fraction of variant pairs the smallest rung orders as the largest does)")
         else:
             parts.append(f"rank agreement: none ({ranks.reason})")
-        budget = self.budget_note()
-        if budget:
-            parts.append(budget)
+        for note in (self.budget_note(), self.tune_note(), self.transfer_note()):
+            if note:
+                parts.append(note)
         parts.append(f"baseline: {self.baseline}")
         dropped = f"; {self.n_left_out} ok runs without training FLOPs or a loss left out" if self.n_left_out else ""
         parts.append(f"diverged/failed runs are counted in status and excluded{dropped}")

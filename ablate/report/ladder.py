@@ -27,10 +27,8 @@ from ablate.report.record_fields import (budget_of, experiment_of, first_value, 
 from ablate.report.rows import Row, label_of, resolve_baseline
 from ablate.report.scaling import Ladder, Multiplier, Trend, scale_ladder
 from ablate.report.stats import finite, mean, std
-from ablate.sweep import split_override_string, variant_key, variant_overrides
+from ablate.sweep import SIZE_KEYS, Tuning, split_override_string, variant_key, variant_overrides
 
-#: the swept keys that make a sweep a ladder: model size (a preset) or the model's dimensions
-SIZE_KEYS = ("model.size", "model.d_model", "model.n_layers", "model.n_heads")
 LADDER_MODES = ("auto", "on", "off")
 N_BOOT = 1000
 
@@ -88,6 +86,7 @@ class LadderTable(LadderCaptionText):
     wandb_project: str | None = None
     n_records: int = 0
     n_left_out: int = 0                  # ok runs without training FLOPs or a validation loss
+    tune: Tuning | None = None           # sweep.json's tune block, for a tuned ladder
     layout: str = "ladder"
 
     @property
@@ -122,7 +121,7 @@ def loss_of(record: dict) -> float | None:
 
 
 def build_ladder(records: list[dict], swept: set[str], baseline: str | None = None, n_boot: int = N_BOOT,
-                 seed: int = 0) -> LadderTable:
+                 seed: int = 0, tune: Tuning | None = None) -> LadderTable:
     """The ladder table of ``records`` (sorted, one sweep) whose swept keys ``swept`` include a size
     key. Baseline: ``baseline`` > ``experiment.baseline`` > the first variant, its size keys dropped.
     Raises ValueError when no size key is swept, or no ok run has both training FLOPs and a loss."""
@@ -165,7 +164,7 @@ def build_ladder(records: list[dict], swept: set[str], baseline: str | None = No
         experiment=exp.get("name"), smoke=smoke_of(records), budget=budget_of(records),
         wandb_group=first_value(records, lambda r: r["wandb"]["group"]),
         wandb_project=first_value(records, lambda r: r["wandb"]["project"]),
-        n_records=len(records), n_left_out=left_out,
+        n_records=len(records), n_left_out=left_out, tune=tune,
         loss_source="metrics.val.loss" if all(isinstance(metric_of(r, "val"), dict) for r in records
                                               if r.get("status") == "ok") else "metrics.val.loss / final_loss",
     )

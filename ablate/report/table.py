@@ -174,9 +174,12 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
 
     exp = experiment_of(records)
     swept, tune = _read_sweep(records)
+    if ladder == "auto":  # the experiment's layout, unless the caller chose one
+        ladder = str(exp.get("ladder") or "auto")
     if is_ladder(swept, ladder):
-        try:
-            return build_ladder(records, swept, baseline=baseline, n_boot=n_boot)
+        try:  # a tuned ladder: the runs at each variant's chosen lr, as the flat table's rows
+            return build_ladder(final_runs(records, swept, tune)[0], swept, baseline=baseline, n_boot=n_boot,
+                                tune=tune)
         except NotALadder as err:
             if ladder == "on":
                 raise

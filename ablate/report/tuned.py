@@ -66,3 +66,46 @@ def add_default_lr_runs(flat: list[Row], at_default: list[dict], swept: set[str]
         row.lr = float(chosen[row.key]) if row.key in chosen else None
         row.by_seed_default = accuracy_by_seed(ok)
         row.accuracies_default = finite(metric_of(r, "accuracy") for r in ok)
+
+
+def lr_transfer(tune: Tuning | None, size_keys: tuple[str, ...]) -> list[tuple[str, list[tuple[str, float]], int]]:
+    """How far each variant's chosen lr moves across model sizes, for a tuned sweep that sweeps a
+    size key (``model.d_model``, ``model.size``, ...): per group of variants that differ only in their
+    size, ``(the group's other settings, [(size, chosen lr)] from small to large, the spread in grid
+    steps)``, the spread being the distance between the largest and the smallest chosen lr's places
+    on the grid (0: the same lr at every size). Empty without tuning or without a size key."""
+    from ablate.sweep import SIZE_PRESETS, split_override_string, variant_key
+
+    if tune is None or not tune.chosen:
+        return []
+    grid = sorted(tune.lr)
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for variant, lr in tune.chosen.items():
+        overrides = split_override_string(variant) if variant else {}
+        size = {k: v for k, v in overrides.items() if k in size_keys}
+        if not size:
+            continue
+        rest = variant_key({k: v for k, v in overrides.items() if k not in size_keys})
+        groups.setdefault(rest, []).append((",".join(f"{k}={v}" for k, v in size.items()), float(lr)))
+
+    def order(item: tuple[str, float]) -> tuple:
+        values = [v.split("=", 1)[1] for v in item[0].split(",")]
+        return tuple((SIZE_PRESETS.index(v), "") if v in SIZE_PRESETS else (float(v), "") if _is_number(v) else (math.inf, v)
+                     for v in values)
+
+    out = []
+    for rest, chosen in groups.items():
+        if len(chosen) < 2:
+            continue
+        chosen.sort(key=order)
+        places = [min(range(len(grid)), key=lambda i: abs(math.log(grid[i]) - math.log(lr))) for _, lr in chosen]
+        out.append((rest, chosen, max(places) - min(places)))
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,194 @@
+"""μP (``model.parametrization=mup``, ``ablate.model.mup``): which parameter gets which multiplier,
+how init schemes compose or are refused, that μP at its base width *is* the standard
+parametrization, and the coordinate check (activations flat in width under μP, growing under
+standard)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ablate.config import config_problems
+from ablate.coord_check import coord_check, slopes
+from ablate.model import build_model
+from ablate.model.flops import training_flops
+from ablate.optim import make_optimizer
+from conftest import compose_cfg
+
+VOCAB, T = 64, 16
+
+
+def model_of(overrides: list[str], seed: int = 0):
+    cfg = compose_cfg(["task=lm", "task.seq_len=16", *overrides])
+    assert config_problems(cfg) == []
+    torch.manual_seed(seed)
+    return build_model(cfg, VOCAB, VOCAB, T), cfg
+
+
+def mup(width: int, base: int = 32, *extra: str) -> list[str]:
+    return [f"model.d_model={width}", "model.parametrization=mup", f"model.mup_base_width={base}", *extra]
+
+
+def groups(optimizer) -> list[tuple[float, float, int]]:
+    return [(g["lr"], g["weight_decay"], len(g["params"])) for g in optimizer.param_groups]
+
+
+def test_standard_keeps_two_groups_of_adamw_as_before():
+    model, cfg = model_of(["model.d_model=64"])
+    optimizer = make_optimizer(model.parameters(), cfg.optim)
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert [g["params"] for g in optimizer.param_groups] == [[p for p in params if p.dim() >= 2],
+                                                            [p for p in params if p.dim() < 2]]
+    assert [(g["lr"], g["weight_decay"]) for g in optimizer.param_groups] == [(cfg.optim.lr, cfg.optim.weight_decay),
+                                                                              (cfg.optim.lr, 0.0)]
+    assert model.output_mult == 1.0 and model.blocks[0].attn.pattern.scale is None
+
+
+@pytest.mark.parametrize("extra", [[], ["pos_enc=rope", "ffn=swiglu", "norm=rmsnorm"], ["init=default", "qkv_sharing=gqa"],
+                                   ["pos_enc=deberta"], ["attention=local", "pos_enc=alibi", "model.bias=true"]])
+def test_mup_at_its_base_width_is_the_standard_parametrization(extra):
+    """Same parameters, same logits, and the same losses over a few AdamW steps: μP only departs from
+    standard as the width departs from the base."""
+    (sp, cfg), (mp, mcfg) = model_of(["model.d_model=64", *extra]), model_of(mup(64, 64, *extra))
+    assert all(torch.equal(a, b) for a, b in zip(sp.state_dict().values(), mp.state_dict().values()))
+    tokens = torch.randint(0, VOCAB, (4, T), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for model, c in ((sp, cfg), (mp, mcfg)):
+        optimizer, run = make_optimizer(model.parameters(), c.optim), []
+        for _ in range(3):
+            loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    assert losses[0] == losses[1]
+
+
+def test_each_parameter_gets_the_multiplier_tensor_programs_v_gives_it():
+    model, cfg = model_of(mup(128, 32, "model.bias=true"))
+    m = 128 / 32
+    matrix = {n for n, p in model.named_parameters() if getattr(p, "lr_scale", 1.0) != 1.0}
+    assert matrix == {n for n, p in model.named_parameters() if p.dim() == 2 and n.startswith("blocks.")}
+    assert all(math.isclose(p.lr_scale, 1 / m) for n, p in model.named_parameters() if n in matrix)
+    lr, wd = cfg.optim.lr, cfg.optim.weight_decay
+    by_lr = {(round(g["lr"], 12), round(g["weight_decay"], 12)) for g in make_optimizer(model.parameters(), cfg.optim).param_groups}
+    # hidden matrices: lr/m with wd*m (lr*wd kept); embeddings and the readout: lr, wd; vectors: no decay
+    assert by_lr == {(round(lr / m, 12), round(wd * m, 12)), (lr, wd), (lr, 0.0)}
+    assert model.output_mult == 1 / m
+    head_dim, base_head_dim = 128 // 4, 32 // 4
+    assert math.isclose(model.blocks[0].attn.pattern.scale, base_head_dim ** 0.5 / head_dim)
+
+
+def test_scalar_like_and_vector_like_parameters_keep_their_learning_rate():
+    """T5's bucket table (buckets x heads) does not grow with width; KERPLE's scalars neither."""
+    for pos in ("t5_bias", "kerple"):
+        model, _ = model_of(mup(128, 32, f"pos_enc={pos}"))
+        for name, p in model.named_parameters():
+            if name.startswith("pos."):
+                assert getattr(p, "lr_scale", 1.0) == 1.0, name
+
+
+def test_the_attention_scale_reaches_the_scores():
+    model, _ = model_of(mup(128, 32))
+    pattern = model.blocks[0].attn.pattern
+    q, k, v = (torch.randn(2, 4, T, 32, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    expected = torch.softmax((q @ k.transpose(-1, -2) * pattern.scale).masked_fill(
+        ~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")), -1) @ v
+    assert torch.allclose(pattern(q, k, v, None, True), expected, atol=1e-5)
+
+
+def test_readout_multiplier_divides_the_heads_input_by_the_width_multiplier():
+    model, _ = model_of(mup(128, 32))
+    x = torch.randn(2, T, 128)
+    assert torch.allclose(model.head(x * model.output_mult), model.head(x / 4))
+
+
+@pytest.mark.parametrize("init,hidden,readout", [("normal", 0.5, 1.0), ("scaled", 0.5, 1.0), ("default", 1.0, 2.0)])
+def test_init_schemes_compose_as_documented(init, hidden, readout):
+    """A fixed-std scheme's stds are the base width's (hidden matrices x 1/sqrt(m)); PyTorch's own
+    1/sqrt(fan_in) init keeps its hidden weights and gets a width-independent readout (x sqrt(m))."""
+    (sp, _), (mp, _) = model_of([f"init={init}", "model.d_model=128"]), model_of(mup(128, 32, f"init={init}"))
+    for (name, a), b in zip(sp.named_parameters(), mp.parameters()):
+        if a.dim() == 2 and name.startswith("blocks."):
+            factor = hidden
+        elif name.startswith("head."):
+            factor = readout
+        else:
+            factor = 1.0
+        assert torch.allclose(b, a * factor), name
+
+
+@pytest.mark.parametrize("overrides,named", [
+    (["model.parametrization=mup"], ["model.mup_base_width"]),
+    (mup(64, 30), ["model.mup_base_width=30", "model.n_heads=4"]),
+    (mup(64, 32, "init=xavier"), ["init=xavier", "model.parametrization=mup", "init=normal"]),
+    (mup(64, 32, "init=deepnet", "norm=deepnorm", "norm.placement=post"), ["init=deepnet", "model.parametrization=mup"]),
+    (mup(64, 32, "model.embed_scale=sqrt_d"), ["model.embed_scale=sqrt_d", "model.parametrization=mup"]),
+])
+def test_what_contradicts_mup_is_refused_naming_both(overrides, named):
+    problems = config_problems(compose_cfg(["task=lm", *overrides]))
+    assert problems and all(any(n in p for p in problems) for n in named), problems
+
+
+def test_flops_and_parameters_do_not_depend_on_the_parametrization():
+    (sp, _), (mp, _) = model_of(["model.d_model=128", "pos_enc=deberta"]), model_of(mup(128, 32, "pos_enc=deberta"))
+    assert sp.num_params() == mp.num_params()
+    assert training_flops(sp, T, 4) == training_flops(mp, T, 4)
+
+
+def test_a_checkpoint_of_a_mup_model_resumes_into_the_same_groups():
+    model, cfg = model_of(mup(128, 32))
+    optimizer = make_optimizer(model.parameters(), cfg.optim)
+    tokens = torch.randint(0, VOCAB, (2, T))
+    F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
+    again, _ = model_of(mup(128, 32), seed=1)
+    again.load_state_dict(state["model"])
+    resumed = make_optimizer(again.parameters(), cfg.optim)
+    resumed.load_state_dict(state["optim"])
+    assert groups(resumed) == groups(optimizer)
+    assert all(getattr(p, "lr_scale", 1.0) == getattr(q, "lr_scale", 1.0) for p, q in zip(model.parameters(), again.parameters()))
+
+
+def test_coordinate_check_is_flat_under_mup_and_grows_under_standard():
+    """Tensor Programs V's coordinate check: after a few AdamW steps the logits' RMS grows with width
+    under the standard parametrization and stays flat under μP (slopes of log RMS on log width)."""
+    rows = coord_check(["task.seq_len=32", "task.batch_size=8"], widths=(32, 64, 128, 256), steps=4, seeds=(0,))
+    after, at_init = slopes(rows), slopes(rows, step=1)
+    for kind in ("attention", "ffn", "block", "logits"):
+        assert abs(after["mup"][kind]) < 0.3, (kind, after)  # here: 0.08 to 0.24
+        assert after["standard"][kind] > after["mup"][kind] + 0.6, (kind, after)  # here: 0.9 to 2.1
+    for kind in ("attention", "ffn", "block"):  # a fixed-std init read at the base width: flat from the start
+        assert abs(at_init["mup"][kind]) < 0.1, (kind, at_init)
+
+
+def test_the_coord_check_command_prints_slopes_and_draws_its_plot(tmp_path, capsys):
+    from ablate.coord_check import main
+
+    out = tmp_path / "coord_check.png"
+    main(["task.seq_len=16", "task.batch_size=4", "--widths", "32,64", "--steps", "2", "--seeds", "1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+    assert "standard" in printed and "mup" in printed and "logits" in printed
+
+
+@pytest.mark.parametrize("args,named", [(["init=xavier"], "init=xavier"), (["--widths", "32"], "--widths")])
+def test_the_coord_check_command_refuses_bad_input_with_exit_2(args, named, capsys):
+    from ablate.coord_check import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--out", "/nonexistent/never.png"])
+    assert stop.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_the_size_presets_are_listed_in_order_where_the_report_reads_them():
+    from ablate.model import SIZES
+    from ablate.sweep import SIZE_PRESETS
+
+    assert SIZE_PRESETS == tuple(SIZES)
+    assert [SIZES[s]["d_model"] for s in SIZE_PRESETS] == sorted(SIZES[s]["d_model"] for s in SIZE_PRESETS)
