@@ -57,6 +57,17 @@ def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
     return data, model, module
 
 
+def configured_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    """The run's ``callbacks`` group (Lightning callbacks by ``_target_``, validated before anything
+    trains by ``ablate.config``), built with their settings; they run after ablate's own."""
+    from ablate.components import resolve
+
+    node = cfg.get("callbacks")
+    nodes = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    return [target(**settings) for target, settings in
+            (resolve(f"callbacks.{name}", callback) for name, callback in nodes.items())]
+
+
 def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | None = None,
                  root_dir: str | Path | None = None) -> pl.Trainer:
     return pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=logger,
@@ -120,7 +131,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
-    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else [])
+    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg)
     trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure

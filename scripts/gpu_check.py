@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from ablate.config import CONFIG_GROUPS
 from ablate.lit import masked_loss
@@ -60,8 +60,8 @@ register_resolvers()  # the config's ${ablate_size:...} presets
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SECTIONS = ("options", "memory", "flex", "compile", "ddp", "throughput")
-#: the groups whose every option runs: not the trainer (the plan's) nor experiments (sweeps)
-GROUPS = tuple(g for g in CONFIG_GROUPS if g not in ("trainer", "experiment"))
+#: the groups whose every option runs: not the trainer (the plan's), experiments (sweeps) nor callbacks (logging)
+GROUPS = tuple(g for g in CONFIG_GROUPS if g not in ("trainer", "experiment", "callbacks"))
 #: what some options need to run: the other half of DeepNet, local data for the file-based tasks
 NEEDS = {
     ("norm", "deepnorm"): ["init=deepnet"],
@@ -179,6 +179,19 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def default_option(group: str) -> str:
+    """The option of ``group`` that config.yaml's defaults list chooses."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
+    return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
+
+
+def few_held_out(task: str) -> list[str]:
+    """Dry run: 4 validation and test windows of ``task`` (the keys it has), not smoke's 64: the
+    evaluation's plumbing runs, in a few batches."""
+    node = OmegaConf.load(CONF_DIR / "task" / f"{task}.yaml")
+    return [f"task.{key}=4" for key in ("n_val", "n_test") if key in node]
+
+
 def mib(n: float | None) -> str:
     return "n/a" if n is None else (f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB")
 
@@ -250,6 +263,8 @@ def check_options(c: Checker) -> None:
     cases += [("norm.placement", p) for p in ("pre", "post", "sandwich")]
     for i, (group, name) in enumerate(cases):
         overrides = base + [f"{group}={name}", *NEEDS.get((group, name), [])]
+        if plan.dry:
+            overrides += few_held_out(name if group == "task" else default_option("task"))
 
         def run(overrides: list[str] = overrides, i: int = i) -> tuple[str, str, dict]:
             fresh_compile()

@@ -48,3 +48,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
   touch "$stamp"
 fi
+
+# Debian's chromium, for the report's browser test (tests/test_report_page.py): installed where this
+# runs as root with apt-get (a container, CI), tried once; elsewhere that one test skips and says why.
+browser_stamp=.venv/.ablate-browser-tried
+if [ ! -f "$browser_stamp" ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] &&
+  command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium (apt-get) for the report's browser test"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    >/dev/null 2>&1 || echo "setup: could not install chromium; the report's browser test will skip" >&2
+  touch "$browser_stamp"
+fi

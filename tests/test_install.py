@@ -13,6 +13,7 @@ empty directory.
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import subprocess
@@ -120,6 +121,42 @@ def test_installed_ablate_runs_from_an_empty_directory(installed: Installed, cwd
     assert record["metrics"]["steps"] == 6
 
 
+# What Hydra 1.4 does with the ``hydra.plugins`` entry point (load it, nothing else imported), then
+# what Hydra 1.3 does (scan the hydra_plugins namespace package), in one fresh process.
+PLUGIN_PROBE = """
+import importlib.metadata as md, json
+found = [e for e in md.entry_points(group="hydra.plugins") if e.name == "ablate_sweeper"]
+loaded = found[0].load() if found else None
+from hydra.core.config_store import ConfigStore
+registered = "ablate.yaml" in ConfigStore.instance().repo.get("hydra", {}).get("sweeper", {})
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+import ablate
+print(json.dumps({"entry_points": [e.value for e in found], "registered": registered,
+                  "loaded": loaded and f"{loaded.__module__}.{loaded.__qualname__}",
+                  "scanned": [f"{c.__module__}.{c.__qualname__}" for c in Plugins.instance().discover(Sweeper)],
+                  "ablate": ablate.__file__}))
+"""
+SWEEPER = "hydra_plugins.ablate_sweeper.ablate_sweeper.AblateSweeper"
+
+
+@pytest.mark.parametrize("install", ["editable", "non-editable"])
+def test_hydra_finds_the_sweeper_by_entry_point_and_by_namespace(install: str, cwd: Path, request) -> None:
+    """The editable install is the repo's own venv (scripts/setup.sh: ``pip install -e``), the other
+    ``installed``; both asked from an empty directory, as Hydra would in a user's project."""
+    python = MAIN_PYTHON if install == "editable" else request.getfixturevalue("installed").bin / "python"
+    out = subprocess.run([str(python), "-c", PLUGIN_PROBE], cwd=cwd, env=user_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout)
+    assert Path(found["ablate"]).resolve().is_relative_to(REPO) == (install == "editable"), found["ablate"]
+    assert found["entry_points"] == [SWEEPER.rsplit(".", 1)[0] + ":AblateSweeper"], \
+        "one hydra.plugins entry point, naming the sweeper class (pyproject.toml; reinstall after changing it)"
+    assert found["loaded"] == SWEEPER
+    assert found["registered"], "loading the entry point alone must register hydra/sweeper=ablate's config"
+    assert SWEEPER in found["scanned"], "Hydra 1.3's scan of the hydra_plugins namespace must find it too"
+
+
 def _sections(listing: str) -> dict[str, dict[str, str]]:
     """``ablate --list`` output -> {group: {option: its line}}."""
     sections: dict[str, dict[str, str]] = {}
@@ -175,7 +212,7 @@ def _run_example(installed: Installed, cwd: Path, extra: list[str]) -> tuple[Pat
         ("independent", 0), ("independent", 1), ("sigmoid", 0), ("sigmoid", 1)]
     assert {r["choices"]["task"] for r in recs} == {"count"}
 
-    for name in ("table.md", "table.csv"):
+    for name in ("table.md", "table.csv", "report.html"):  # report.html: written at the end of every sweep
         assert (sweep / name).exists(), name
     labels = _experiment_labels(installed)
     assert set(labels) == {"qkv_sharing=independent", "qkv_sharing=sigmoid"}
@@ -191,8 +228,9 @@ def test_example_experiment_with_wandb(installed: Installed, cwd: Path) -> None:
     _, recs = _run_example(installed, cwd, ["logger=wandb"])
     for r in recs:
         info = wandb_run_info(r["wandb"]["dir"])
-        assert info["job_type"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
+        assert info["job_type"] == "train"  # the run's role; the variant is config.variant
         summary = wandb_summary(r["wandb"]["dir"])
+        assert summary["config"]["variant"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
         assert summary["summary"]["status"] == "ok"
         assert 0 <= summary["summary"]["accuracy"] <= 1
 

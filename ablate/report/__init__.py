@@ -21,11 +21,14 @@ The package turns them into one row per variant, by concern:
   ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);
 * ``ladder``: a sweep with a size key swept (a scale ladder) as ``LadderTable``: per rung the loss
   and the compute multiplier from ``scaling``, then the trend with scale (``build_table`` picks it);
+* ``webpage``: ``write_report``: ``report.html``, the table, figures and runs on one offline page;
+* ``frames``: ``load(sweep_dir)``: the records, table and learning curves as pandas DataFrames;
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
 
 The variants themselves are defined once, in ``ablate.sweep``.
 """
 
+from ablate.report.frames import SweepFrames, load
 from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, columns, csv_columns, csv_fields,
                                    csv_rows, latex_escape, render, rich_table, to_csv, to_latex, to_markdown)
 from ablate.report.ladder import SIZE_KEYS, LadderRow, LadderTable, build_ladder, is_ladder
@@ -35,9 +38,10 @@ from ablate.report.records import bench_speeds, load_bench, load_records, sort_r
 from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
                                  welch_test)
 from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
+from ablate.report.webpage import REPORT_FILE, write_report
 
 __all__ = [
-    "CSV_COLUMNS", "Comparison", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
+    "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
     "scaling_plot", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
     "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
     "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",

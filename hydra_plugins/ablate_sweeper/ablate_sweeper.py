@@ -1,9 +1,17 @@
 """The sweeper class Hydra instantiates for ``hydra/sweeper=ablate`` (imports nothing heavy: Hydra
-imports every plugin module at start-up)."""
+imports every plugin module at start-up).
+
+Hydra finds it two ways: 1.3 scans the ``hydra_plugins`` namespace package; 1.4 also loads the
+``hydra.plugins`` entry point (pyproject.toml) that names this class, which imports only this
+module, so this module imports the one that registers ``hydra/sweeper=ablate``'s config node."""
 
 from typing import Any, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+from hydra_plugins.ablate_sweeper.config import AblateSweeperConf
+
+__all__ = ["AblateSweeper", "AblateSweeperConf"]
 
 
 class AblateSweeper(BasicSweeper):
