@@ -16,6 +16,7 @@ config keys, which tab completion offers too:
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -55,7 +56,10 @@ def _main(cfg: DictConfig) -> Any:
         print(f"ablate: {error}", file=sys.stderr)
         sys.exit(2)
     finally:
-        job.release_slot()  # its record is written: the next job may start while this process exits
+        job.release()  # its record is written: the next job may start while this process exits
+    if record["job"]["num"] is None and record["status"] == "running":
+        print(f"ablate: {job.dir} is being trained by another process; nothing was done here", file=sys.stderr)
+        sys.exit(2)
     if record["status"] == "failed" and record["job"]["num"] is None:
         sys.exit(1)  # a single run that failed; in a sweep the others go on (the sweep exits 1 at the end)
     return optimized_value(record["metrics"], str(cfg.optimized_metric))  # what a sweeper optimises
@@ -102,8 +106,14 @@ def main() -> None:
         return
     argv = expand_flags(argv)
     sys.argv = [sys.argv[0], *argv]
+    # A log line that cannot be written (a full disk under Hydra's <job>/ablate.log) is dropped, not
+    # printed as a traceback per line: the job's own error is named on the terminal and in its record.
+    logging.raiseExceptions = False
     try:
         _main()
+    except KeyboardInterrupt:  # Ctrl-C: the job's record says interrupted; no traceback
+        print("ablate: interrupted (Ctrl-C); relaunch the same command to resume", file=sys.stderr)
+        sys.exit(130)
     except SystemExit as stop:
         if stop.code == 1 and not _started:  # Hydra could not compose the config: say which key
             problem = _unknown_key(argv)

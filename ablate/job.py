@@ -4,12 +4,18 @@ A :class:`Job` is built from Hydra's runtime config (:meth:`Job.from_hydra`): it
 overrides and group choices; its sweep and the sweep's plan (``sweep.json``, read once here); the
 launcher that started it and, from that, how many of the sweep's jobs share its cores, its torch
 threads and, under submitit's local executor, the machine's job slot it holds while it runs.
+
+One process trains a job at a time: rank 0 holds an ``flock`` on the job directory's
+:data:`JOB_LOCK` for the job's whole life (:meth:`Job.claim`), so a second launch into the same
+directory skips a job that is training elsewhere instead of training it again. A joblib worker
+stops (SIGTERM) when the process that launched it dies (:func:`stop_with_launcher`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import CONFIG_GROUPS
 from ablate.sweep import SweepPlan, job_variant, override_key
+
+#: the lock file in a job directory, held by the process training the job (its pid, then its parent's)
+JOB_LOCK = ".job.lock"
+#: set by the sweeper in the process that launches a local parallel sweep: its pid
+LAUNCHER_PID_ENV = "ABLATE_LAUNCHER_PID"
 
 #: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
 LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
@@ -97,6 +108,7 @@ class Job:
         self.started_at, self.slot_wait_s = time.time(), 0.0
         self.process_started_at = process_start_time()
         self._slot: Any = None              # the lock file of the machine's job slot this job holds
+        self._lock: Any = None              # JOB_LOCK, open and locked while this process trains the job
 
     @classmethod
     def from_hydra(cls) -> "Job":
@@ -117,6 +129,8 @@ class Job:
         job = cls(Path(hc.runtime.output_dir), list(hc.overrides.task), choices,
                   hc.sweep.dir if multirun else None, hc.job.num if multirun else None, parallel, threads, launcher,
                   sweep, sweeper_kind(str(hc.sweeper.get("_target_", ""))) if multirun else None)
+        if launcher == "joblib":
+            stop_with_launcher()
         if slots:
             job._hold_slot(slots)
         return job
@@ -179,6 +193,41 @@ class Job:
             self._slot.close()  # closing the file releases its flock
             self._slot = None
 
+    def claim(self) -> bool:
+        """Take this job's lock (:data:`JOB_LOCK`) for as long as this process trains it; False when
+        another live process holds it (that process is training the job)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): nothing to lock with
+            return True
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.dir / JOB_LOCK, "a+")  # noqa: SIM115 - held open while the job runs
+        for attempt in range(3):  # lock_holder() takes the lock for an instant to look: look again
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == 2:
+                    lock.close()
+                    return False
+                time.sleep(0.1)
+            except OSError:  # a filesystem without locks: train unlocked, as before there were locks
+                lock.close()
+                return True
+        lock.truncate(0)
+        lock.write(f"{os.getpid()} {os.getppid()}\n")
+        lock.flush()
+        self._lock = lock
+        return True
+
+    def release(self) -> None:
+        """Give back this job's lock and its machine slot (the process's exit would, but a joblib
+        worker goes on to its next job, and a slot's exit waits for the interpreter's teardown)."""
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases its flock
+            self._lock = None
+        self.release_slot()
+
     def record_fields(self) -> dict[str, Any]:
         """The record's ``job`` entry: where and how this job ran."""
         return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
@@ -196,6 +245,51 @@ class Job:
         single run's variant (or a job of a sweep without one) is all its overrides but the seed
         and experiment."""
         return job_variant(self.overrides, self.sweep.swept if self.sweep else None) or "defaults"
+
+
+def lock_holder(job_dir: str | Path) -> tuple[int, int] | None:
+    """``(pid, parent pid)`` of the live process training the job in ``job_dir`` (holding its
+    :data:`JOB_LOCK`); None when no process holds it."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = Path(job_dir) / JOB_LOCK
+    try:
+        with open(path) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid, parent = (int(x) for x in (path.read_text().split() + ["0", "0"])[:2])
+                return pid, parent
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+def stop_with_launcher() -> None:
+    """In a joblib worker (a process of the launcher's, which runs job after job): ask the OS to
+    send this process SIGTERM when its launcher dies (Linux's ``PR_SET_PDEATHSIG``), so a killed
+    sweep leaves no worker training the remaining jobs; the job then stops like any stopped job.
+    A launcher that is already gone stops the worker here."""
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if not launcher or launcher == str(os.getpid()):  # not a worker (joblib with n_jobs=1 runs jobs in-process)
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the launcher's own stop handling still applies
+        pass
+    if launcher_gone():
+        raise SystemExit(f"ablate: the sweep that launched this job (pid {launcher}) has ended; job not started")
+
+
+def launcher_gone() -> bool:
+    """Whether this process is a worker of a local parallel sweep whose launching process has died."""
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    return bool(launcher) and launcher != str(os.getpid()) and str(os.getppid()) != launcher
 
 
 def process_start_time() -> float | None:

@@ -205,12 +205,14 @@ class LearningCurve(pl.Callback):
 
 
 class Preempted(RuntimeError):
-    """Training stopped at a step boundary because the job was asked to stop (SIGTERM, or SLURM's
-    SIGUSR1/SIGUSR2 before a time-out or preemption), after saving a checkpoint."""
+    """The job was asked to stop (SIGTERM, SIGHUP, or SLURM's SIGUSR1/SIGUSR2 before a time-out or
+    preemption): at a step boundary after saving a checkpoint (``saved``), or during its set-up,
+    before its first step, at once (nothing to save)."""
 
-    def __init__(self, step: int, signum: int) -> None:
-        super().__init__(f"stopped by signal {signum} at step {step}; checkpoint saved")
-        self.step, self.signum = step, signum
+    def __init__(self, step: int, signum: int, saved: bool = True) -> None:
+        where = f"at step {step}; checkpoint saved" if saved else "during set-up, before its first step"
+        super().__init__(f"stopped by signal {signum} {where}")
+        self.step, self.signum, self.saved = step, signum, saved
 
 
 class Checkpointer(pl.Callback):
@@ -229,13 +231,22 @@ class Checkpointer(pl.Callback):
         self.stop_signal: int | None = None
         self.wandb_run_id: str | None = None  # saved along, so that a resumed job continues its run
         self._trainer: pl.Trainer | None = None
+        self._stepping = False  # a training step has begun: a stop waits for the step boundary
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self._stepping = True
+
     def request_stop(self, signum: int) -> None:
-        """Stop at the next step boundary, after a checkpoint (called from a signal handler)."""
+        """Stop at the next step boundary, after a checkpoint (called from a signal handler); before
+        the first step (data preparation, tokenizer training, a task's ``_setup``, Lightning's start)
+        at once, raising :class:`Preempted` from the handler: there is nothing to save yet."""
         self.stop_signal = signum
+        if not self._stepping:
+            raise Preempted(self._trainer.global_step if self._trainer is not None else 0, signum, saved=False)
         # Lightning's own SIGTERM handler runs first (it chains to ours) and flags the trainer, which
         # then leaves at the end of the step it is in with a bare SystemExit: exit code 0, no checkpoint
         # at that step, no interrupted record. One path stops a job: this callback's.

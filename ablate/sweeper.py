@@ -11,7 +11,12 @@
    tuning runs as a first stage, then, once each variant's learning rate is chosen on the
    validation split, the final runs.
 
-A sweep that cannot run exits 2 naming why, before anything is written or trained. Why a sweeper
+A sweep that cannot run exits 2 naming why, before anything is written or trained; so does a
+directory whose ``sweep.json`` cannot be read (without it the directory's sweep is unknown). A
+sweep that is stopped (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) or cannot write (a full disk) ends with
+one message and a non-zero exit: 130 for Ctrl-C, 128 + the signal, 1 for a write error. Under
+joblib the launching process first stops its workers' running jobs (each records
+``interrupted``; :class:`_StopWorkers`), so none goes on training as an orphan. Why a sweeper
 and not a callback: only a sweeper may launch jobs, only it sees the first stage end before the
 second starts (with every launcher), and its errors propagate (Hydra turns a callback's into a
 warning). A relaunch into the same directory resumes: finished jobs are skipped by the jobs
@@ -20,13 +25,16 @@ themselves (``ablate.run``), so the tuning runs are not repeated and the same ra
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from ablate.job import launcher_kind
+from ablate.job import LAUNCHER_PID_ENV, launcher_kind, lock_holder
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
 from ablate.results import load_records
 from ablate.sweep import SweepPlan, job_signature
@@ -44,6 +52,11 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
 
             print(render(preview(planner, plan, sweep_dir)))
             return []
+        unreadable = SweepPlan.unreadable(sweep_dir)
+        if unreadable and not sweeper.redefine:
+            raise SweepError(f"{unreadable}: it says which sweep {sweep_dir} holds, so nothing can be resumed or "
+                             "checked there. Nothing was trained.\n  Restore or remove it, pick another "
+                             "hydra.sweep.dir, or add --redefine to run this sweep there")
         planner.check_directory(sweep_dir, plan, redefine=sweeper.redefine)
         _record(sweep_dir, config, plan)
     except SweepError as error:
@@ -54,6 +67,29 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
         from ablate.tracking import share_service
 
         share_service()  # the job processes on this machine log through this process's wandb service
+    try:
+        with _StopWorkers(sweep_dir, active=launcher == "joblib"):
+            return _run_stages(sweeper, plan, sweep_dir)
+    except KeyboardInterrupt:
+        _stopped("interrupted (Ctrl-C)", 130)
+    except SystemExit as stop:
+        if isinstance(stop.code, int) and stop.code - 128 in set(signal.Signals):  # a job stopped by a signal
+            _stopped(f"stopped by {signal.Signals(stop.code - 128).name}", stop.code)
+        raise
+    except OSError as error:  # Hydra's own files of the next job, a worker's: a full disk, a lost mount
+        print(f"ablate: the sweep stopped: {type(error).__name__}: {error}. Jobs without an ok record run "
+              "when the same command is relaunched (free space first if the disk is full).", file=sys.stderr)
+        sys.exit(1)
+
+
+def _stopped(why: str, code: int) -> None:
+    print(f"ablate: the sweep {why}; its running jobs recorded 'interrupted', no other job started. Relaunch "
+          "the same command to resume.", file=sys.stderr)
+    sys.exit(code)
+
+
+def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
+    """Launch the plan: a tuned sweep's tuning runs, the learning rates chosen, then its final runs."""
     returns = [_launch(sweeper, plan.jobs, 0)]
     if plan.tune is None:
         return returns
@@ -92,3 +128,79 @@ def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
     for result in results:
         _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)
     return results
+
+
+class _StopWorkers:
+    """In the process that launches a joblib sweep: a stop (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) is
+    passed on as SIGTERM to the workers' running jobs (found by their job locks, ``ablate.job``),
+    each of which stops at its step boundary and records ``interrupted``; once they have, the sweep
+    exits (joblib then ends its idle workers). Without this the launching process died alone and
+    its workers went on training the remaining jobs. Workers also stop if this process is killed
+    outright (``ablate.job.stop_with_launcher``). A second signal while waiting exits at once."""
+
+    def __init__(self, sweep_dir: Path, active: bool, wait_s: float = 120.0) -> None:
+        self.sweep_dir, self.active, self.wait_s = sweep_dir, active, wait_s
+        self.stopping = False
+        self._previous: dict[int, Any] = {}
+        self._env: str | None = None
+
+    def __enter__(self) -> "_StopWorkers":
+        if not self.active:
+            return self
+        from ablate.run import STOP_SIGNALS
+
+        self._env = os.environ.get(LAUNCHER_PID_ENV)
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers inherit it: who launched them
+        for signum in (signal.SIGINT, *STOP_SIGNALS):
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        if self.active:
+            if self._env is None:
+                os.environ.pop(LAUNCHER_PID_ENV, None)
+            else:
+                os.environ[LAUNCHER_PID_ENV] = self._env
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        code = 130 if signum == signal.SIGINT else 128 + signum
+        if self.stopping:
+            raise SystemExit(code)
+        self.stopping = True
+        name = signal.Signals(signum).name
+        print(f"ablate: {name}: stopping the sweep's running jobs (each records 'interrupted' at the end of its "
+              "step; again to exit at once)", file=sys.stderr, flush=True)
+        left = self.stop_running_jobs()
+        if left:
+            print(f"ablate: {len(left)} job process(es) still running after {self.wait_s:.0f} s: {sorted(left)}; "
+                  "exiting", file=sys.stderr)
+        raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(code)
+
+    def running_jobs(self) -> set[int]:
+        """The pids of this process's workers that are training a job of this sweep."""
+        me, pids = os.getpid(), set()
+        for job_dir in self.sweep_dir.iterdir() if self.sweep_dir.is_dir() else ():
+            holder = lock_holder(job_dir) if job_dir.is_dir() else None
+            if holder and holder[1] == me and holder[0] != me:
+                pids.add(holder[0])
+        return pids
+
+    def stop_running_jobs(self, poll_s: float = 0.2) -> set[int]:
+        """SIGTERM to every worker training a job (one that starts meanwhile too), then wait until
+        none is; the pids still running after ``wait_s``."""
+        signalled: set[int] = set()
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            running = self.running_jobs()
+            for pid in running - signalled:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                signalled.add(pid)
+            if not running or time.monotonic() > deadline:
+                return running
+            time.sleep(poll_s)

@@ -123,6 +123,7 @@ BAD_SINGLE_RUNS = {
     "optim.lr=inf": "optim.lr=inf must be a finite number",
     "+dry_run=true": "dry_run: not a key of the config",
     "trainer.devices=abc": "devices",
+    "+callbacks.monitor._target_=no_such.Monitor": "callbacks.monitor._target_='no_such.Monitor' cannot be imported",
 }
 
 
@@ -135,7 +136,8 @@ def test_bad_value_is_refused_naming_it(args: str, named: str) -> None:
 
 # one bad value in each node at once: the CLI names every one of them in one answer
 BAD_AT_ONCE = ["seed=abc", "optim.lr=nan", "measure.warmup_steps=-1", "init.std=-1", "+dry_run=true",
-               "model.dropout=abc", "task.eval_lengths=[abc]", "trainer.devices=abc"]
+               "model.dropout=abc", "task.eval_lengths=[abc]", "trainer.devices=abc",
+               "+callbacks.monitor._target_=no_such.Monitor"]
 
 
 @pytest.mark.slow
@@ -232,6 +234,11 @@ def test_relaunch_with_other_overrides_is_refused_unless_redefined(tmp_path: Pat
     assert "leaving out 2 record(s)" in table.stderr
     # the original command now meets the new definition: refused again, not mixed
     assert run_cli(first, tmp_path).returncode == 2
+    # a sweep.json that cannot be read does not switch the guard off: refused, naming the file
+    (sweep / "sweep.json").write_text('{"swept": ["qkv_sharing"], "jobs": [[')
+    out = run_cli(first, tmp_path)
+    assert out.returncode == 2 and "sweep.json cannot be read" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and len(records(sweep)) == 4
 
 
 @pytest.mark.slow
@@ -337,3 +344,90 @@ def test_a_sweep_start_check_that_cannot_run_stops_the_sweep(tmp_path: Path, tin
     assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
     assert "could not run" in out.stderr and "nothing was trained" in out.stderr, out.stderr[-2000:]
     assert not list(tmp_path.rglob("result.json"))
+
+
+# ---------------------------------------------------------------------------- a task's batches
+
+def _broken_task(broken: str):
+    """The built-in reverse task, with one rule of the batch contract broken (``broken``)."""
+    from ablate.data.digits import Reverse
+
+    class BrokenReverse(Reverse):
+        def make_batch(self, g, batch, length):
+            tokens, targets = super().make_batch(g, batch, length)
+            if broken == "dtype":
+                return tokens.float(), targets
+            if broken == "shape":
+                return tokens.flatten(), targets.flatten()
+            if broken == "labels":
+                return tokens, targets + self.n_classes
+            if broken == "length":
+                return tokens[:, :-1], targets[:, :-1]
+            if broken == "unlabelled":
+                return tokens, targets.fill_(-100)
+            return tokens, targets
+
+    return BrokenReverse(seq_len=8, batch_size=4, n_test=8)
+
+
+@pytest.mark.parametrize("broken,rule", [
+    ("dtype", "tokens must be a LongTensor (torch.int64), got torch.float32"),
+    ("shape", "tokens and targets must both be (batch, length), got (32,) and (32,)"),
+    ("labels", "targets must be -100 or lie in [0, n_classes=10), got 10..19"),
+    ("length", "its length is 7, it must be 8"),
+    ("unlabelled", "no position is labelled"),
+])
+def test_a_task_breaking_the_batch_contract_is_named_before_training(broken: str, rule: str) -> None:
+    """The first training batch and the first held-out batches are checked before anything trains:
+    the task's class and the broken rule are named, not a PyTorch error from inside the model."""
+    from ablate.data.datamodule import AblateDataModule, TrainStream
+
+    task = _broken_task(broken)
+    with pytest.raises(ValueError) as training:
+        next(iter(TrainStream(task, seed=0)))
+    with pytest.raises(ValueError) as held_out:
+        AblateDataModule.eval_batches(_data_of(task), 8, "validation")
+    for error, what in ((training, "the first training batch"), (held_out, "the first validation batch")):
+        assert "BrokenReverse" in str(error.value) and what in str(error.value), str(error.value)
+        assert rule in str(error.value), str(error.value)
+
+
+def _data_of(task):
+    """An ``AblateDataModule`` around an already built task (its constructor builds one from a config)."""
+    from ablate.data.datamodule import AblateDataModule
+
+    data = AblateDataModule.__new__(AblateDataModule)
+    data.task, data._held_out = task, {}
+    return data
+
+
+def test_a_task_keeping_the_contract_passes_the_check() -> None:
+    from ablate.data.datamodule import TrainStream
+
+    tokens, targets = next(iter(TrainStream(_broken_task("none"), seed=0)))
+    assert tokens.shape == targets.shape == (4, 8)
+
+
+# ---------------------------------------------------------------------------- ablate-table --save
+
+@pytest.mark.parametrize("blocked", ["read-only directory", "a directory where table.md goes"])
+def test_table_save_that_cannot_write_exits_2_with_one_line(tmp_path: Path, blocked: str, capsys) -> None:
+    import os
+
+    from ablate.report.cli import main
+    from test_table import qkv_records, write_sweep
+
+    sweep = write_sweep(tmp_path / "sweep", qkv_records())
+    if blocked == "read-only directory":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories; the other case covers the same path")
+        sweep.chmod(0o555)
+    else:
+        (sweep / "table.md").mkdir()
+    try:
+        code = main([str(sweep), "--format", "csv", "--save", "--no-wandb"])
+    finally:
+        sweep.chmod(0o755)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().count("\n") == 0 and err.startswith("ablate-table: --save cannot write into"), err

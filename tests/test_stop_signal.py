@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +56,61 @@ def test_a_signal_after_the_checkpointer_looked_stops_at_the_next_step_with_a_ch
     assert (stopped.value.step, stopped.value.signum) == (4, signum)
     assert checkpoint_state(checkpointer.path)["step"] == 4  # the step it stopped at, saved
     assert signal.getsignal(signum) is before  # the handlers are given back
+
+
+# ---------------------------------------------------------------------------- a stop during set-up
+
+from ablate.data.digits import Reverse  # noqa: E402
+
+
+SETTING_UP = threading.Event()
+
+
+class SlowSetupReverse(Reverse):
+    """The reverse task with a set-up that takes ``setup_s`` seconds (a slow data preparation)."""
+
+    def __init__(self, setup_s: float = 20.0, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.setup_s = setup_s
+
+    def _setup(self) -> None:
+        SETTING_UP.set()
+        deadline = time.monotonic() + self.setup_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_a_stop_signal_during_set_up_stops_at_once_and_records_interrupted(tmp_path: Path) -> None:
+    """The same ``run_job`` the CLI runs, in-process: SIGTERM while the task's ``_setup`` runs (before
+    the first step) stops the job at once, with an ``interrupted`` record, and exits 128 + 15."""
+    from conftest import compose_cfg
+
+    from ablate.job import Job
+    from ablate.results import read_record
+    from ablate.run import _stopped, run_job
+
+    cfg = compose_cfg(["trainer=debug", "logger=none", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+                       "task=reverse",
+                       f"task._target_={__name__}.SlowSetupReverse", "+task.setup_s=20", "measure.memory=false"])
+    job = Job(tmp_path / "job", ["seed=0"], {}, None, None)
+    SETTING_UP.clear()
+    sent: list[float] = []
+
+    def stop_when_setting_up() -> None:
+        if SETTING_UP.wait(timeout=120):
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_setting_up, daemon=True).start()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            run_job(cfg, job)
+    finally:
+        assert _stopped == [128 + signal.SIGTERM]  # this process starts no other job...
+        _stopped.clear()  # ...but the test process goes on to other tests
+    assert sent and time.monotonic() - sent[0] < 5, "stopped at once, not after the 20 s set-up"
+    assert stopped.value.code == 128 + signal.SIGTERM
+    record = read_record(job.dir)
+    assert record["status"] == "interrupted" and "during set-up" in record["error"], record["error"]
+    assert record["metrics"].get("steps") is None
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are given back

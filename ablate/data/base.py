@@ -217,6 +217,54 @@ class Task:
         return out
 
 
+class TaskContractError(ValueError):
+    """A task's batches break the batch contract (checked on the first batch of every stream)."""
+
+
+def batch_problems(task: Task, batch: Any, length: int, what: str, batch_size: int | None = None) -> list[str]:
+    """The rules of the batch contract (``(tokens, targets)``, both LongTensor (B, T); token ids in
+    ``[0, vocab_size)``; targets ``-100`` or in ``[0, n_classes)``, at least one labelled) that
+    ``batch`` breaks, each naming the task class and ``what`` batch it is (e.g. ``the first
+    training batch``). ``length``: the T asked for; ``batch_size``: the B asked for (None: any)."""
+    from ablate.components import qualname
+
+    name = f"task {qualname(type(task))}: {what}"
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2
+            and all(isinstance(t, torch.Tensor) for t in batch)):
+        return [f"{name} must be a pair (tokens, targets) of tensors, got {type(batch).__name__}"
+                + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else "")]
+    tokens, targets = batch
+    out = [f"{name}: {label} must be a LongTensor (torch.int64), got {t.dtype}"
+           for label, t in (("tokens", tokens), ("targets", targets)) if t.dtype != torch.long]
+    if tokens.dim() != 2 or tokens.shape != targets.shape:
+        return out + [f"{name}: tokens and targets must both be (batch, length), got {tuple(tokens.shape)} "
+                      f"and {tuple(targets.shape)}"]
+    if tokens.shape[1] != length:
+        out.append(f"{name}: its length is {tokens.shape[1]}, it must be {length}")
+    if batch_size is not None and tokens.shape[0] != batch_size:
+        out.append(f"{name}: it holds {tokens.shape[0]} sequences, task.batch_size is {batch_size}")
+    if out or tokens.numel() == 0:
+        return out
+    if int(tokens.min()) < 0 or int(tokens.max()) >= int(task.vocab_size):
+        out.append(f"{name}: token ids must lie in [0, vocab_size={task.vocab_size}), got "
+                   f"{int(tokens.min())}..{int(tokens.max())}")
+    labelled = targets[targets != IGNORE]
+    if labelled.numel() == 0:
+        out.append(f"{name}: no position is labelled (every target is {IGNORE}): there is nothing to learn")
+    elif int(labelled.min()) < 0 or int(labelled.max()) >= int(task.n_classes):
+        out.append(f"{name}: targets must be {IGNORE} or lie in [0, n_classes={task.n_classes}), got "
+                   f"{int(labelled.min())}..{int(labelled.max())}")
+    return out
+
+
+def check_batch(task: Task, batch: Any, length: int, what: str, batch_size: int | None = None) -> None:
+    """Raise :class:`TaskContractError` naming every rule of the batch contract ``batch`` breaks."""
+    problems = batch_problems(task, batch, length, what, batch_size)
+    if problems:
+        raise TaskContractError("the batch contract (docs/extending.md, Tasks) is broken:\n  "
+                                + "\n  ".join(problems))
+
+
 class SyntheticTask(Task):
     """A task whose examples are generated from a seed: whole batches at a time."""
 

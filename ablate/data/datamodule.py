@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .base import Batch, Task, build_task, check_split
+from .base import Batch, Task, build_task, check_batch, check_split
 
 
 def _identity(batch):
@@ -34,7 +34,10 @@ class TrainStream(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         """From batch ``skip`` on: a job resumed from a checkpoint at step s continues the stream
         where it stopped (``skip`` = s batches, the same ones the interrupted job drew)."""
-        return itertools.islice(self.task.train_batches(self.seed, _rank()), self.skip, None)
+        stream = self.task.train_batches(self.seed, _rank())
+        first = next(stream)  # checked before training: a broken contract is named, not a PyTorch error
+        check_batch(self.task, first, self.task.seq_len, "the first training batch", self.task.batch_size)
+        return itertools.islice(itertools.chain([first], stream), self.skip, None)
 
 
 class FixedBatches(Dataset):
@@ -111,7 +114,10 @@ class AblateDataModule(pl.LightningDataModule):
         check_split(split)
         key = (split, int(length))
         if key not in self._held_out:
-            self._held_out[key] = self.task.eval_batches(int(length), split=split)
+            batches = self.task.eval_batches(int(length), split=split)
+            if batches:
+                check_batch(self.task, batches[0], int(length), f"the first {split} batch at length {length}")
+            self._held_out[key] = batches
         return self._held_out[key]
 
     def held_out_dataloader(self, split: str, length: int) -> DataLoader:

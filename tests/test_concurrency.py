@@ -1,0 +1,108 @@
+"""Two launches into one sweep directory, and stopping a joblib sweep: real `ablate` processes.
+
+One scenario, three launches of the same 2-job joblib sweep (2 workers), so that its processes are
+paid for once: the first trains both jobs; a second launch meanwhile finds both locked and trains
+nothing; SIGTERM to the first launching process stops its workers' jobs (records ``interrupted``,
+no worker left training); a relaunch resumes them, and Ctrl-C stops it with exit code 130 and no
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, cli_env, records, run_cli
+
+from ablate.job import lock_holder
+
+pytestmark = pytest.mark.slow  # real `ablate` processes
+
+
+def _processes_in(where: Path) -> list[int]:
+    """The live processes whose working directory is ``where`` (a sweep's launcher and its workers)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and int(proc.name) != os.getpid() and Path(os.readlink(proc / "cwd")) == where:
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # Lightning's CSVLogger starts a resumed job's file afresh
+        return 0.0
+
+
+def _launch(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=cli_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path):
+    yield tmp_path
+    for pid in _processes_in(tmp_path):  # whatever a failed test left running (orphaned workers)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds processes through /proc (Linux)")
+def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir: Path, tiny: list[str]) -> None:
+    sweep = workdir / "sweep"
+    args = ["-m", "seed=0,1", *tiny, "trainer.max_steps=1000000", "logger=csv", "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    first = _launch(args, workdir)
+    # logger=csv writes metrics.csv after 100 logged steps: both workers are training then
+    _wait(lambda: len(list(sweep.glob("*/metrics.csv"))) == 2 or first.poll() is not None, 240, "two jobs training")
+    running = {d: lock_holder(d) for d in sweep.glob("*seed=*")}
+
+    # the same command again, while they train: both jobs are skipped, none is trained twice
+    second = run_cli(args, workdir, timeout=180)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("being trained by process") == 2, second.stdout[-3000:]
+    assert "2 job(s) of this sweep are being trained by another process" in second.stdout
+    assert records(sweep) == [] and {d: lock_holder(d) for d in running} == running
+
+    os.kill(first.pid, signal.SIGTERM)  # the launching process only, as `kill PID` does
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM" in err and "Relaunch the same command" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    time.sleep(2)  # an orphaned worker would go on training
+    assert _processes_in(workdir) == [], "no worker goes on training after its sweep was stopped"
+    recs = records(sweep)
+    assert [r["status"] for r in recs] == ["interrupted", "interrupted"], [r["error"] for r in recs]
+    assert all("checkpoint saved" in r["error"] for r in recs)
+
+    # a relaunch resumes both from their checkpoints; Ctrl-C (SIGINT to the terminal's process group)
+    relaunch, started = _launch(args, workdir), time.time()
+    _wait(lambda: all(_modified(d / "metrics.csv") > started for d in running) or relaunch.poll() is not None,
+          240, "the relaunched jobs training")
+    os.killpg(relaunch.pid, signal.SIGINT)
+    out, err = relaunch.communicate(timeout=120)
+    assert relaunch.returncode == 130, err[-3000:]
+    assert "interrupted (Ctrl-C)" in err and "Traceback" not in err, err[-3000:]
+    recs = [json.loads((d / "result.json").read_text()) for d in running]
+    assert all(r["status"] == "interrupted" and r["metrics"]["resumed_from_step"] > 0 for r in recs), recs
+    time.sleep(1)
+    assert _processes_in(workdir) == []
