@@ -5,23 +5,49 @@ Mode, in order:
 2. ``online`` when credentials exist (``WANDB_API_KEY`` or a netrc entry for the wandb host);
 3. ``offline`` otherwise.
 
-An online run whose credentials are missing, or whose host does not answer within a few
-seconds, falls back to offline logging with a warning: local records and tables never depend on
-wandb being reachable, and ``wandb sync`` uploads the offline run later.
+An online run whose credentials are missing, whose host does not answer an HTTP request within
+``PROBE_TIMEOUT_S`` (refused, unreachable, or a host that accepts the connection and never
+answers), or whose ``wandb.init`` fails for any other reason within ``ONLINE_INIT_TIMEOUT_S``,
+falls back to offline logging with a warning: local records and tables never depend on wandb
+being reachable, and ``wandb sync`` uploads the offline run later. ``disabled`` means no run.
+
+What a run carries besides its metrics (README, "wandb"): every series against
+``trainer/global_step`` with a best-value summary (:func:`define_metrics`), the code version as a
+tag (:func:`code_version`), one run id per job directory whatever became of earlier attempts
+(:func:`job_run_id`), and files as artifacts (:func:`log_files`).
 """
 
 from __future__ import annotations
 
+import http.client
+import importlib.metadata
 import netrc
 import os
-import socket
+import re
+import secrets
+import shlex
+import string
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
+
+from ablate.results import write_text_atomic
 
 DEFAULT_PROJECT = "ablate"
 _DEFAULT_HOST = "https://api.wandb.ai"
+PROBE_TIMEOUT_S = 3.0         # the host must answer one HTTP request in this time, or runs log offline
+ONLINE_INIT_TIMEOUT_S = 20.0  # wandb.init's own limit is 90 s; past this an online start falls back to offline
+STEP = "trainer/global_step"  # the x-axis of every series (what Lightning's WandbLogger logs with each row)
+#: best-value summaries of the curves, most specific first (the first definition a name matches wins);
+#: "last" kept beside the best, so the summary also holds the value at the end of training
+SUMMARIES = (("val/loss", "min,last"), ("val/accuracy", "max,last"),
+             ("test/loss@*", "min,last"), ("test/accuracy@*", "max,last"))
+TAG_CHARS = 64                # wandb refuses longer tags
+_RUN_ID = re.compile(r"[a-z0-9]{1,64}")
+_ID_CHARS = string.ascii_lowercase + string.digits  # what wandb's own run ids are made of
 
 
 def _host_url() -> str:
@@ -39,13 +65,16 @@ def _has_credentials() -> bool:
         return False
 
 
-def _host_reachable(timeout_s: float = 3.0) -> bool:
-    url = urlparse(_host_url())
-    port = url.port or (443 if url.scheme == "https" else 80)
+def host_answers(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the wandb host answers one HTTP request within ``timeout_s`` (any status counts: an
+    answer is what matters). An open TCP connection is not enough: a host that accepts it and never
+    answers would hold ``wandb.init`` for 90 s and then fail it."""
     try:
-        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+        with urllib.request.urlopen(_host_url(), timeout=timeout_s):
             return True
-    except OSError:
+    except urllib.error.HTTPError:  # 401, 404, ...: it answered
+        return True
+    except (OSError, ValueError, http.client.HTTPException):  # refused, timed out, a bad URL or reply
         return False
 
 
@@ -58,31 +87,140 @@ def wandb_mode() -> str:
         warnings.warn("WANDB_MODE=online but no wandb credentials (WANDB_API_KEY or `wandb login`): "
                       "logging offline; `wandb sync` uploads later.", stacklevel=2)
         return "offline"
-    if not _host_reachable():
-        warnings.warn(f"wandb host {_host_url()} is not reachable: logging offline; "
+    if not host_answers():
+        warnings.warn(f"wandb host {_host_url()} did not answer within {PROBE_TIMEOUT_S:.0f} s: logging offline; "
                       "`wandb sync` uploads later.", stacklevel=2)
         return "offline"
     return "online"
 
 
 def init_run(*, name: str, group: str, job_type: str, config: dict[str, Any] | None, dir: str | Path,
-             project: str | None = None, tags: list[str] | None = None, run_id: str | None = None) -> Any:
-    """Start a wandb run in its own directory ``dir/wandb``; the caller must ``finish`` it.
+             project: str | None = None, entity: str | None = None, tags: Iterable[str] | None = None,
+             notes: str | None = None, run_id: str | None = None, system_metrics: bool = False) -> Any:
+    """Start a wandb run in its own directory ``dir/wandb``; the caller must ``finish`` it. None
+    when ``WANDB_MODE=disabled`` (no run: nothing to point a record at).
 
     With ``run_id`` the run has that id and is resumed when it exists (online), so logging again
-    updates the one run rather than adding another; ``config`` then replaces the earlier values."""
+    updates the one run rather than adding another; ``config`` then replaces the earlier values.
+    ``system_metrics``: wandb's CPU/GPU/memory charts (off: they cost speed on a CPU run)."""
     import wandb
 
+    mode = wandb_mode()
+    if mode == "disabled":
+        return None
     Path(dir).mkdir(parents=True, exist_ok=True)
-    run = wandb.init(
-        project=project or os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
-        group=group, job_type=job_type, name=name, config=None if run_id else config, dir=str(dir), tags=tags,
-        mode=wandb_mode(), reinit="create_new", id=run_id, resume="allow" if run_id else None,
-        settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
-    )
+    settings = {"console": "off", "silent": True, "x_disable_stats": not system_metrics}
+    arguments = dict(project=project or os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT), entity=entity or None,
+                     group=group, job_type=job_type, name=name, config=None if run_id else config, dir=str(dir),
+                     tags=list(tags) if tags else None, notes=notes or None, reinit="create_new", id=run_id,
+                     resume="allow" if run_id else None)
+    run = None
+    if mode == "online":
+        try:
+            run = wandb.init(mode="online", settings=wandb.Settings(**settings, init_timeout=ONLINE_INIT_TIMEOUT_S),
+                             **arguments)
+        except Exception as error:  # noqa: BLE001 - whatever failed online, the run logs offline
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            warnings.warn(f"wandb could not start an online run ({reason}): logging offline; "
+                          "`wandb sync` uploads later.", stacklevel=2)
+    if run is None:
+        mode = "offline" if mode == "online" else mode
+        # this process's wandb settings too (wandb.setup updates them): with the environment's
+        # online mode, wandb's own usage metrics would wait ~10 s at exit for a host that is not there
+        wandb.setup(settings=wandb.Settings(mode=mode))
+        run = wandb.init(mode=mode, settings=wandb.Settings(**settings), **arguments)
     if run_id and config:
         run.config.update(config, allow_val_change=True)
     return run
+
+
+def define_metrics(run: Any) -> None:
+    """Every series a job logs against ``trainer/global_step`` (Lightning logs it with each row;
+    its WandbLogger does not define it for a run it did not create), and the best values of the
+    curves in the summary: ``val/loss`` the minimum, ``val/accuracy`` (higher is better for every
+    task metric) the maximum, each beside its last value."""
+    run.define_metric(STEP)
+    for name, summary in SUMMARIES:  # before the catch-all: a name takes the first definition it matches
+        run.define_metric(name, step_metric=STEP, summary=summary)
+    run.define_metric("*", step_metric=STEP)
+
+
+def job_run_id(dir: str | Path, earlier: str | None = None) -> str:
+    """The wandb run id of the job in ``dir``, the same for every attempt at it: the id an earlier
+    attempt wrote to ``dir/wandb/run_id`` (whatever became of that attempt: killed, hung up,
+    stopped during start-up), else ``earlier`` (a checkpoint's, from before this file existed),
+    else a new one. Written before ``wandb.init``, so syncing a job's runs uploads one run."""
+    path = Path(dir) / "wandb" / "run_id"
+    try:
+        stored = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        stored = ""
+    if _RUN_ID.fullmatch(stored):
+        return stored
+    run_id = earlier if earlier and _RUN_ID.fullmatch(earlier) else "".join(secrets.choice(_ID_CHARS) for _ in range(8))
+    write_text_atomic(path, run_id + "\n")
+    return run_id
+
+
+def code_version() -> str:
+    """The code a run ran, as a tag: ``git:<commit>`` of the checkout ``ablate`` is imported from
+    (a source tree or an editable install), else ``ablate:<package version>``. Read from the files
+    in ``.git`` (no ``git`` process); uncommitted changes are not seen."""
+    commit = _git_commit(Path(__file__).resolve().parent.parent / ".git")
+    if commit:
+        return f"git:{commit[:12]}"
+    try:
+        return f"ablate:{importlib.metadata.version('ablate')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "ablate:unknown"
+
+
+def _git_commit(git: Path) -> str | None:
+    """The commit HEAD names in the git directory ``git`` (a ``.git`` file points to a worktree's)."""
+    sha = re.compile(r"[0-9a-f]{40}")
+    try:
+        if git.is_file():  # a worktree or a submodule: "gitdir: PATH"
+            git = (git.parent / git.read_text().strip().removeprefix("gitdir:").strip()).resolve()
+        head = (git / "HEAD").read_text().strip()
+        if sha.fullmatch(head):  # detached
+            return head
+        ref = head.removeprefix("ref:").strip()
+        common = (git / (git / "commondir").read_text().strip()).resolve() if (git / "commondir").is_file() else git
+        for root in dict.fromkeys((git, common)):
+            if (root / ref).is_file():
+                return next(iter(sha.findall((root / ref).read_text())), None)
+        packed = (common / "packed-refs").read_text() if (common / "packed-refs").is_file() else ""
+        return next((line.split()[0] for line in packed.splitlines() if line.endswith(f" {ref}")), None)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def job_tags(user_tags: Iterable[str], experiment: str | None, smoke: bool) -> list[str]:
+    """A job run's tags: the user's (``logger.tags``), the experiment's name, ``smoke`` for a
+    smoke test, and the code version (:func:`code_version`); each once, in that order."""
+    tags = [*user_tags, *([experiment] if experiment else []), *(["smoke"] if smoke else []), code_version()]
+    return list(dict.fromkeys(str(t)[:TAG_CHARS] for t in tags))
+
+
+def job_notes(user_notes: str | None, overrides: Iterable[str]) -> str:
+    """A job run's notes: the user's (``logger.notes``), then the command line that runs this job
+    alone (its overrides, as ``ablate`` takes them: in a sweep, the job's own values)."""
+    command = " ".join(["ablate", *(shlex.quote(o) for o in overrides)])
+    return f"{user_notes}\n\n{command}" if user_notes else command
+
+
+def log_files(run: Any, name: str, type: str, files: Mapping[str, str | Path], metadata: dict[str, Any] | None = None,
+              copy: bool = True) -> Any:
+    """Log ``files`` (``{name in the artifact: path}``, missing paths left out) as a new version of
+    the artifact ``name``. ``copy=False`` for large files that stay where they are until the run is
+    synced (a kept checkpoint): wandb then reads them in place instead of staging a copy."""
+    import wandb
+
+    artifact = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "-", name)[:128], type=type, metadata=metadata)
+    for key, path in files.items():
+        if Path(path).is_file():
+            artifact.add_file(str(path), name=key, policy="mutable" if copy else "immutable", skip_cache=not copy)
+    return run.log_artifact(artifact)
 
 
 def share_service() -> None:

@@ -65,7 +65,7 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
     for r in recs:
         info = wandb_run_info(r["wandb"]["dir"])
         groups.add(info["run_group"])
-        assert info["job_type"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
+        assert info["job_type"] == "train"  # the run's role; the variant is config.variant
         summary = wandb_summary(r["wandb"]["dir"])
         names.add(summary["name"])
         assert summary["state"] == "finished" and summary["exit_code"] == 0
@@ -73,6 +73,7 @@ def test_multirun_sweep_records_wandb_and_table(tmp_path: Path, tiny: list[str])
             assert key in summary["summary"], key
         assert summary["summary"]["status"] == "ok"
         assert summary["config"]["qkv_sharing"] == r["choices"]["qkv_sharing"]
+        assert summary["config"]["variant"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
     assert len(names) == 6 and len(groups) == 1
     table_runs = [p for p in (sweep / "wandb").glob("offline-run-*")]
     assert len(table_runs) == 1

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import math
+import shlex
 import shutil
+import sys
+import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
 from ablate.report.ladder import LadderTable
 from ablate.report.plot import curves, lr_plot, plot, scaling_plot
 from ablate.report.table import SweepTable
 from ablate.results import write_text_atomic
+from ablate.sweep import SWEEP_FILE
 
 
 def write_atomic(path: Path, text: str) -> Path:
@@ -53,11 +57,18 @@ def table_run_id(sweep_dir: str | Path, group: str) -> str:
     return f"table-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
 
-def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path | None,
-                 figures: dict[str, str | Path] | None = None) -> str | None:
+#: the wandb key of each figure ``save_outputs`` writes (another figure is logged under its own key)
+IMAGE_KEYS = {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}
+
+
+def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
+                 outputs: Mapping[str, str | Path] | None = None) -> str | None:
     """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` (the table as
-    shown, pivoted or not: ``csv_columns``) plus the plot, and ``figures`` (``{"curves": path,
-    "lr": path}``, from ``save_outputs``) as ``learning_curves`` / ``lr_sweep`` images.
+    shown, pivoted or not: ``csv_columns``), every figure (``table.png`` as ``ablation_plot``, a
+    ladder's ``scaling.png`` as ``scaling``, ``curves.png`` as ``learning_curves``, ``lr.png`` as
+    ``lr_sweep``), and the table's files with ``sweep.json`` as a new version of the artifact
+    ``table-<group>`` (:func:`log_table_artifact`). ``outputs``: what ``save_outputs`` wrote for this
+    table; None: the files are drawn in a temporary directory, the sweep directory left as it is.
 
     Every table of a sweep logs to the same run (``table_run_id``): online it is resumed and its
     summary holds the latest table; offline each log is a new local directory, so once the new
@@ -66,14 +77,24 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
     Returns the run's local directory, or None (with a warning) when wandb could not log: the
     table files never depend on wandb.
     """
-    from ablate.tracking import init_run, run_dir, superseded_runs
+    with tempfile.TemporaryDirectory() as tmp:  # artifact files are copied when added: tmp may go after
+        return _log_table_run(table, sweep_dir, dict(outputs) if outputs is not None else save_outputs(table, tmp))
+
+
+def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, str | Path]) -> str | None:
+    from ablate.sweep import load_sweep_records
+    from ablate.tracking import init_run, job_tags, run_dir, superseded_runs
 
     group = table.wandb_group or Path(sweep_dir).resolve().name
     run_id = table_run_id(sweep_dir, group)
     ladder = isinstance(table, LadderTable)
+    records = load_sweep_records(sweep_dir)
+    jobs = [r["wandb"] for r in records if isinstance(r.get("wandb"), dict) and r["wandb"].get("id")]
+    logger = ((records[0].get("config") or {}).get("logger") or {}) if records else {}
     config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "experiment": table.experiment,
               "sweep_dir": str(Path(sweep_dir).resolve()), "smoke": bool(table.smoke),
-              "rows": [r.key for r in table.rows], "layout": "ladder" if ladder else "flat"}
+              "rows": [r.key for r in table.rows], "layout": "ladder" if ladder else "flat",
+              "job_runs": [j["id"] for j in jobs]}
     config.update({"rungs": table.rungs, "size_keys": table.size_keys, "n_boot": table.n_boot} if ladder else {
         "speed_source": table.speed_source, "metric": table.metric, "significance_test": table.significance_test,
         "eval_lengths": table.eval_lengths, "test": table.test, "columns": table.columns_key, "tuned": table.tuned})
@@ -81,20 +102,22 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         import wandb
 
         run = init_run(name=f"table-{group}", group=group, job_type="table", config=config, dir=sweep_dir,
-                       project=table.wandb_project, tags=["table"], run_id=run_id)
+                       project=table.wandb_project, entity=logger.get("entity"), run_id=run_id,
+                       tags=job_tags(["table", *(logger.get("tags") or [])], table.experiment, bool(table.smoke)),
+                       notes=" ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]))
     except Exception as err:  # noqa: BLE001 - wandb must never break the table
         warnings.warn(f"wandb: could not start the table run: {err}", stacklevel=2)
+        return None
+    if run is None:  # WANDB_MODE=disabled
         return None
     logged = None
     try:
         data = [[v if not isinstance(v, float) or math.isfinite(v) else None for v in row] for row in csv_rows(table)]
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
-        if png_path is not None and Path(png_path).is_file():
-            payload["scaling" if ladder else "ablation_plot"] = wandb.Image(str(png_path), caption=table.caption())
-        for name, key in (("curves", "learning_curves"), ("lr", "lr_sweep")):
-            path = (figures or {}).get(name)
-            if path is not None and Path(path).is_file():
-                payload[key] = wandb.Image(str(path))
+        for name, path in outputs.items():
+            if str(path).endswith(".png") and Path(path).is_file():
+                key = "scaling" if ladder and name == "png" else IMAGE_KEYS.get(name, name)
+                payload[key] = wandb.Image(str(path), caption=table.caption() if name == "png" else None)
         run.log(payload)
         run.summary.update({
             "baseline": table.baseline, "baseline_key": table.baseline_key, "n_variants": len(table.rows),
@@ -105,6 +128,7 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
             "significance_test": table.significance_test, "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
             "n_comparisons": table.n_comparisons, "columns": table.columns_key,
         })
+        log_table_artifact(run, table, group, sweep_dir, outputs, jobs)
         logged = run_dir(run)
     except Exception as err:  # noqa: BLE001
         warnings.warn(f"wandb: could not log the table: {err}", stacklevel=2)
@@ -114,6 +138,30 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path, png_path: str | Path 
         for old in superseded_runs(sweep_dir, run_id, logged):
             shutil.rmtree(old, ignore_errors=True)
     return logged
+
+
+def log_table_artifact(run: Any, table: SweepTable, group: str, sweep_dir: str | Path,
+                       outputs: Mapping[str, str | Path], jobs: list[dict[str, Any]]) -> None:
+    """The table's files (``outputs``) and ``sweep.json`` as a new version of ``table-<group>``
+    (type ``ablation-table``; wandb keeps one version per distinct content), its metadata naming the
+    job runs it summarises. Lineage: each job run logged its record as ``record-<run id>``
+    (``ablate.run``); an online table run uses those, so wandb's graph reads job run -> record ->
+    table run -> table. wandb cannot use an artifact offline: there the metadata's ``job_runs`` (and
+    the run's config) are the link, and ``ablate-table SWEEP`` run online after ``wandb sync`` of the
+    job runs draws the graph."""
+    from ablate.tracking import log_files
+
+    files = {Path(p).name: Path(p) for p in outputs.values()}
+    files[SWEEP_FILE] = Path(sweep_dir) / SWEEP_FILE
+    if not run.offline:
+        for job in jobs:
+            try:
+                run.use_artifact(f"record-{job['id']}:latest")
+            except Exception:  # noqa: BLE001 - a job run not synced yet: its record is not on the server
+                pass
+    log_files(run, f"table-{group}", "ablation-table", files, {
+        "sweep_dir": str(Path(sweep_dir).resolve()), "caption": table.caption(), "n_runs": table.n_records,
+        "job_runs": [{"id": j["id"], "name": j.get("name"), "project": j.get("project")} for j in jobs]})
 
 
 def _ladder_summary(table: LadderTable) -> dict[str, Any]:

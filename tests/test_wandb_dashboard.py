@@ -1,0 +1,149 @@
+"""wandb's settings, wandb when the world misbehaves, and every figure of a table: `logger.entity`,
+`tags`, `notes` checked like the other settings; one run id per job whatever became of its earlier
+attempts; a wandb host that refuses, or accepts connections and never answers; the table run's
+figures and artifact when the table was not saved. Real wandb (offline files read back with
+`wandb leet`), real local servers, the real CLI. (A whole sweep's runs: tests/test_table_run.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from conftest import BIN, cli_env, compose_cfg, records, run_cli, wandb_summary
+from test_report_layout import tuned_sweep
+from test_table_run import artifacts, wandb_log
+
+from ablate.config import config_problems
+from ablate.report import build_table, load_records, log_to_wandb
+from ablate.tracking import host_answers, wandb_mode
+
+
+def test_logger_entity_tags_and_notes_are_settings_checked_like_the_others() -> None:
+    good = compose_cfg(["logger.entity=my-team", "logger.tags=[a,b]", "logger.notes=why"])
+    assert not [p for p in config_problems(good) if p.startswith("logger")]
+    assert (good.logger.entity, list(good.logger.tags), good.logger.notes) == ("my-team", ["a", "b"], "why")
+    long_tag = "x" * 65
+    problems = config_problems(compose_cfg([f"logger.tags=[{long_tag}]", "logger.entity=[1]"]))
+    assert f"logger.tags: '{long_tag}' must be 1 to 64 characters (wandb's limit)" in problems
+    assert "logger.entity=[1] must be a string or null" in problems
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[int]:
+    """A local TCP server that accepts every connection and never answers; yields its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the server closed
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()
+
+
+@contextlib.contextmanager
+def answering_host() -> Iterator[int]:
+    """A local HTTP server that answers every request with 404; yields its port."""
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_only_a_host_that_answers_http_gets_online_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    with answering_host() as port:  # any answer counts, a 404 too
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+        assert wandb_mode() == "online"
+    with contextlib.closing(socket.create_server(("127.0.0.1", 0))) as closed:
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")  # refused
+    with pytest.warns(UserWarning, match="did not answer.*logging offline"):
+        assert wandb_mode() == "offline"
+    with silent_host() as port:  # accepts, never answers
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+        started = time.monotonic()
+        assert not host_answers(timeout_s=0.5)
+        assert time.monotonic() - started < 2
+
+
+@pytest.mark.slow  # the CLI, twice
+def test_a_job_rerun_after_a_kill_keeps_its_wandb_run_and_a_silent_host_costs_seconds(tmp_path: Path,
+                                                                                      tiny: list[str]) -> None:
+    args = [*tiny, "hydra.run.dir=run"]
+    wandb_dir = tmp_path / "run" / "wandb"
+    with silent_host() as port:
+        env = cli_env(WANDB_MODE="online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{port}")
+        # the first attempt dies during start-up without a record (SIGKILL: no handler runs), its run begun
+        first = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60  # ~90 s, then a crash, before ablate fell back on a silent host
+        while not list(wandb_dir.glob("offline-run-*")) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        assert list(wandb_dir.glob("offline-run-*")), "the first attempt never started its (offline) run"
+        assert not (tmp_path / "run" / "result.json").exists()
+
+        again = run_cli(args, tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"wandb host http://127.0.0.1:{port} did not answer" in again.stderr and "logging offline" in again.stderr
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "ok" and "offline-run-" in record["wandb"]["dir"]
+    assert record["metrics"]["time_s"]["wandb_init"] < 15  # the probe gives up after 3 s
+    # one job, one run: both attempts logged under the id the job directory keeps
+    ids = {d.name.rsplit("-", 1)[-1] for d in wandb_dir.glob("*run-*") if d.is_dir() and not d.is_symlink()}
+    assert ids == {record["wandb"]["id"]}
+    assert (wandb_dir / "run_id").read_text().strip() == record["wandb"]["id"]
+    assert len(list(wandb_dir.glob("offline-run-*"))) == 2
+    assert wandb_summary(record["wandb"]["dir"])["summary"]["status"] == "ok"
+
+
+@pytest.mark.slow  # wandb's service process
+def test_the_table_run_logs_every_figure_and_the_artifact_even_unsaved(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sweep = tuned_sweep(tmp_path / "sweep")
+    for path in sweep.rglob("result.json"):  # learning curves: curves.png
+        record = json.loads(path.read_text())
+        record["metrics"]["history"] = [{"step": k, "tokens": 100 * k, "flops": 1e6 * k, "loss": 2.0 / k,
+                                         "accuracy": 0.5} for k in (1, 2, 4)]
+        path.write_text(json.dumps(record))
+    table = build_table(load_records(sweep))
+
+    run_dir = log_to_wandb(table, sweep)  # as ablate-table without --save: drawn for wandb alone
+    assert run_dir and not (sweep / "table.md").exists() and not (sweep / "lr.png").exists()
+    summary = wandb_summary(run_dir)["summary"]
+    assert {"ablation_table", "ablation_plot", "learning_curves", "lr_sweep"} <= set(summary)
+    assert summary["lr_sweep"]["_type"] == "image-file"
+    (table_artifact,) = [a for a in artifacts(wandb_log(run_dir)).values() if a["type"] == "ablation-table"]
+    assert set(table_artifact["files"]) >= {"curves.png", "lr.png", "sweep.json", "table.csv", "table.md", "table.png",
+                                            "table.tex"}
