@@ -12,8 +12,8 @@ main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at 
 test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; about 16 minutes on 2 cores)
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
 
-test-fast: setup  ## the fast tier: every test not marked slow (in-process; under 2 minutes on 2 cores)
-	.venv/bin/python -m pytest -q -m "not slow"
+test-fast: setup  ## the fast tier: every test not marked slow (in-process, two pytest workers; under 2 minutes on 2 cores)
+	.venv/bin/python -m pytest -q -n 2 -m "not slow"
 
 bench: setup  ## framework overhead: plain PyTorch loop vs ablate's Lightning module
 	.venv/bin/python scripts/bench_overhead.py

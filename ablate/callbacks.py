@@ -31,6 +31,20 @@ def _refuse(message: str) -> None:
     sys.exit(2)
 
 
+def _refuse_end(message: str) -> None:
+    print(f"ablate: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _trained_elsewhere(sweep_dir: Path) -> list[str]:
+    """The job directories of ``sweep_dir`` whose job another process is training (its lock is held)."""
+    from ablate.job import lock_holder
+
+    if not sweep_dir.is_dir():
+        return []
+    return sorted(d.name for d in sweep_dir.iterdir() if d.is_dir() and lock_holder(d) is not None)
+
+
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         kind = sweeper_kind(str(config.hydra.sweeper.get("_target_", "")))
@@ -51,9 +65,15 @@ class SweepCallbacks(Callback):
     def _plan_basic_sweep(config: DictConfig) -> None:
         from ablate.planner import Planner, SweepError, launcher_compose
 
+        from ablate.sweep import SweepPlan
+
         planner = Planner(config, launcher_compose(config), sweeper="basic")
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
+            unreadable = SweepPlan.unreadable(sweep_dir)
+            if unreadable:
+                _refuse(f"{unreadable}: it says which sweep {sweep_dir} holds. Nothing was trained; restore or "
+                        "remove it, or pick another hydra.sweep.dir")
             plan = planner.plan()
             planner.check_directory(sweep_dir, plan)
         except SweepError as error:
@@ -64,19 +84,28 @@ class SweepCallbacks(Callback):
         """Print, save and log the sweep's table; exit 1 if any job failed."""
         if config.hydra.sweeper.get("plan"):
             return  # ablate --plan ran nothing
-        from ablate.report import build_table, log_to_wandb, render, save_outputs
+        from ablate.report import build_table, log_to_wandb, render, save_outputs, write_report
         from ablate.sweep import load_sweep_records
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        elsewhere = _trained_elsewhere(sweep_dir)
+        if elsewhere:
+            print(f"[ablate] {len(elsewhere)} job(s) of this sweep are being trained by another process, not here: "
+                  f"{', '.join(elsewhere)}; their records appear when they end (ablate-table {sweep_dir})")
         records = load_sweep_records(sweep_dir)
         if not records:
             return
         table = build_table(records)
         print(render(table, "terminal"))
-        paths = save_outputs(table, sweep_dir)
-        print(f"[ablate] table saved: {', '.join(str(p) for p in paths.values())}")
+        try:
+            paths = save_outputs(table, sweep_dir)
+            report = write_report(table, records, sweep_dir, paths)  # report.html, its figures those just saved
+        except OSError as error:
+            _refuse_end(f"the table could not be saved in {sweep_dir} ({type(error).__name__}: {error}); "
+                        f"the records are there: ablate-table {sweep_dir} --save, once it can be written")
+        print(f"[ablate] table saved: {', '.join(str(p) for p in [*paths.values(), report])}")
         if config.logger.name == "wandb":
-            log_to_wandb(table, sweep_dir, paths.get("png"))
+            log_to_wandb(table, sweep_dir, paths)
         failed = [r for r in records if r.get("status") == "failed"]
         if failed:
             print(f"ablate: {len(failed)} job(s) failed: "

@@ -5,6 +5,8 @@ Hydra already rejects an unknown option of a group (``qkv_sharing=foo``) and an 
 built-in and user components alike (``ablate.components``):
 
 * the ``model`` node against :class:`ablate.model.ModelSettings` (types and ranges);
+* each of the run's ``callbacks`` (Lightning callbacks by ``_target_``) against its class's
+  signature, then built, which must give a ``pytorch_lightning.Callback``;
 * every component group through the contract of its kind (``CONTRACTS``: one explicit dict), which
   checks the option's settings against its class's signature, runs the class's own ``problems``,
   and builds and calls it on the meta device (no memory, no compute);
@@ -24,13 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
 from ablate.components import (ComponentError, Context, NonNegativeInt, PositiveFloat, Range, call_problems,
-                               import_target, label, label_problems, merge_problems, own_problems, resolve,
-                               settings_problems, target_path, type_problems, value_problem)
-from ablate.model import MODEL_GROUPS, ModelSettings, assemble, attention, ffn, init, norms, patterns, positions
+                               import_target, label, label_problems, merge_problems, own_problems, qualname,
+                               resolve, settings_problems, target_path, type_problems, value_problem)
+from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
 
 #: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
 #: components in build order, then the run's; ``ablate --list`` shows them in this order
-CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "experiment")
+CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "callbacks", "experiment")
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
 ROOT_KEYS = ("seed", "smoke", "optimized_metric", "model", "eval", "budget", "tune", "checkpoint", "measure", *CONFIG_GROUPS)
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
@@ -38,10 +40,20 @@ Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything a
 
 @dataclass
 class LoggerSettings:
-    """The ``logger`` node."""
+    """The ``logger`` node. wandb's ``entity`` (None: ``WANDB_ENTITY`` or your default), ``tags`` added
+    to every job run's own (experiment, ``smoke``, code version) and ``notes`` put before its command line."""
 
     name: Literal["wandb", "csv", "none"]
     project: str | None = None
+    entity: str | None = None
+    tags: list[str] = field(default_factory=list)
+    notes: str | None = None
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        tags = settings.get("tags")
+        return [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
+                (tags if isinstance(tags, list) else []) if isinstance(tag, str) and not 0 < len(tag) <= 64]
 
 
 DESIGNS = ("one_at_a_time", "leave_one_out")
@@ -57,6 +69,9 @@ class ExperimentSettings:
     columns: str | None = None          # a swept key pivoted into the table's columns
     rows: list[str] | None = None       # the rows shown, in order (variant keys or labels)
     design: dict | None = None          # rows generated from a base (ablate.sweep.design_rows)
+    # the table of a sweep that sweeps a size key: "auto" a ladder (compute multipliers, scaling.png),
+    # "off" the flat table (widths as rows, e.g. experiment=lr_transfer); ablate-table --ladder overrides
+    ladder: Literal["auto", "on", "off"] = "auto"
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
@@ -120,6 +135,9 @@ class TuneSettings:
     lr: list[PositiveFloat] = field(default_factory=list)
     seeds: list[Seed] = field(default_factory=lambda: [0])
     metric: Literal["loss", "accuracy"] = "loss"
+    # "smallest": in a sweep over model size, tune on the smallest rung only and reuse its lr at the
+    # larger ones (needs model.parametrization=mup, under which the optimum does not move with width)
+    rungs: Literal["all", "smallest"] = "all"
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
@@ -284,6 +302,49 @@ def _trainer_dry_build(trainer: Mapping[str, Any]) -> list[str]:
     return []
 
 
+#: Lightning callbacks (of ``pytorch_lightning.callbacks``) that refuse, once training starts, a
+#: Trainer without a logger
+NEEDS_A_LOGGER = ("LearningRateMonitor", "DeviceStatsMonitor")
+
+
+def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
+    """The ``callbacks`` node (name -> ``{_target_: ..., settings}``): each class imported, its
+    settings checked against its signature and its own ``problems``, then built (cheap, nothing
+    runs) and required to be a ``pytorch_lightning.Callback``."""
+    import pytorch_lightning as pl
+
+    if not isinstance(callbacks, Mapping):
+        return [f"callbacks must map a name to each callback ({{name: {{_target_: ..., setting: value}}}}), "
+                f"got {callbacks!r}"]
+    needs_a_logger = tuple(getattr(pl.callbacks, name) for name in NEEDS_A_LOGGER)
+    no_logger = isinstance(logger, Mapping) and logger.get("name") == "none"
+    problems: list[str] = []
+    for name, node in callbacks.items():
+        group = f"callbacks.{name}"
+        if not isinstance(node, Mapping):
+            problems.append(f"{group} must be a callback node with a _target_ (e.g. {{_target_: "
+                            f"pytorch_lightning.callbacks.LearningRateMonitor}}), got {node!r}")
+            continue
+        resolved = _resolved(group, node, problems)
+        if resolved is None:
+            continue
+        target, settings = resolved
+        found = merge_problems(settings_problems(group, target, settings), own_problems(group, target, settings, None))
+        if found:
+            problems += found
+            continue
+        callback, found = call_problems(group, target, lambda: target(**settings))
+        if found:
+            problems += found
+        elif not isinstance(callback, pl.Callback):
+            problems.append(f"{group}: {qualname(target)} must build a pytorch_lightning.Callback, got "
+                            f"{type(callback).__name__}")
+        elif no_logger and isinstance(callback, needs_a_logger):
+            problems.append(f"{group}: {qualname(target)} logs through the run's logger, and logger=none has "
+                            "none; valid here: logger=wandb or logger=csv")
+    return problems
+
+
 def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     """The plain (non-component) nodes: every leaf key type- and range-checked."""
     from ablate.optim import OptimSettings
@@ -306,6 +367,8 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
             problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
     if "trainer" in cfg:
         problems += _guarded("trainer", lambda: _trainer_problems(cfg["trainer"]))
+    if "callbacks" in cfg:
+        problems += _guarded("callbacks", lambda: _callback_problems(cfg["callbacks"], cfg.get("logger")))
     model = cfg.get("model")
     if isinstance(model, Mapping) and not [p for p in problems if p.startswith("model")]:
         if model["d_model"] % model["n_heads"]:
@@ -366,6 +429,12 @@ def _dry_run(cfg: Mapping[str, Any], context: Context, init_target: Any, init_se
         problems = init.check(init_target, init_settings, model)
         if problems:
             return problems
+        settings = ModelSettings.from_node(cfg["model"])
+        if settings.parametrization == "mup":
+            try:
+                parametrize_mup(model, settings, cfg, init_target, context.max_len)
+            except Exception as error:  # noqa: BLE001 - reported, never raised
+                return [str(error)]
         tokens = torch.zeros(2, context.max_len, dtype=torch.long)
         out, problems = call_problems("model", assemble, lambda: model(tokens))
     if problems:

@@ -3,13 +3,21 @@
 Where the job runs is ``ablate.job``'s; what training does is ``ablate.train``'s. Whatever happens inside training, the job ends with a ``result.json`` whose status is ``ok``,
 ``diverged`` (non-finite loss; the step is recorded) or ``failed`` (the exception is recorded),
 and with its wandb run finished (non-zero exit code unless ``ok``). A job whose record already
-says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it.
+says ``ok`` for the same overrides is skipped, so relaunching a sweep resumes it; so is a job that
+another process is training (its lock is held: ``Job.claim``), so no job trains twice at once.
+
+A stop (Ctrl-C, or a stop signal: SIGTERM, SIGHUP, SIGUSR1/2) ends the job with ``interrupted``:
+during set-up at once, during training at the end of the step (with a checkpoint), during the
+final evaluation once the job is recorded. A further signal while the record is written waits
+for it. A process that was stopped starts no other job (a joblib worker runs job after job).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -18,38 +26,48 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, apply_smoke, validate
-from ablate.job import Job, sweep_group, sweeper_refusal
+from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group, sweeper_refusal
 from ablate.results import read_record, write_record
 from ablate.sweep import design_labels, job_signature
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
     """The resolved config, with one key per group holding the option chosen (for dashboard grouping)
-    and that option's settings under ``<group>_cfg``."""
+    and that option's settings under ``<group>_cfg``, the job's ``variant`` and the ``code_version``."""
+    from ablate.tracking import code_version
+
     out = {k: v for k, v in cfg.items() if k not in job.choices}
     for group, choice in job.choices.items():
         out[group] = choice
         out[f"{group}_cfg"] = cfg.get(group)
-    out["variant"] = job.variant
+    out["variant"] = job.variant  # group the dashboard's runs by this key (job_type is the run's role: train)
+    out["code_version"] = code_version()
     return out
 
 
 class _InterruptWatch:
     """Notes a Ctrl-C (SIGINT) during training, then lets it act as before (KeyboardInterrupt),
     so the record can say ``interrupted`` rather than ``failed``: a relaunch reruns the job and
-    tables do not count it as a failure."""
+    tables do not count it as a failure. Once :meth:`settle` is called (the record is being
+    written) a further Ctrl-C is only noted: the job stops once its record is written."""
 
     def __init__(self) -> None:
         self.seen = False
+        self.settled = False
         self._previous: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self._previous == signal.SIG_IGN:
             return
         self.seen = True
+        if self.settled:
+            return
         if callable(self._previous):
             self._previous(signum, frame)
         raise KeyboardInterrupt
+
+    def settle(self) -> None:
+        self.settled = True
 
     def __enter__(self) -> "_InterruptWatch":
         previous = signal.getsignal(signal.SIGINT)
@@ -65,6 +83,10 @@ class _InterruptWatch:
             signal.signal(signal.SIGINT, self._previous)
 
 
+#: set to the exit code once a stop ended a job in this process: it starts no other job
+_stopped: list[int] = []
+
+
 def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
     validation_started = time.perf_counter()
@@ -77,18 +99,47 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         refusal = sweeper_refusal(cfg, job.sweeper)
         if refusal:
             raise ConfigError(refusal)
-    previous = read_record(job.dir)
-    done = previous is not None and previous.get("status") == "ok"
-    if done and job_signature(previous.get("overrides")) == job_signature(job.overrides):  # in any order
-        print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
-        return previous
+    if _stopped:  # this process was asked to stop while it ran an earlier job
+        print(f"[ablate] {job.name}: not started: this process was stopped", file=sys.stderr)
+        raise SystemExit(_stopped[0])
+    done = _done_already(job)
+    if done is not None:
+        return done
+    if _rank() == 0 and not job.claim():
+        return _running_elsewhere(job)
+    try:
+        done = _done_already(job)  # again, under the lock: another process may have finished it meanwhile
+        return done if done is not None else _train_job(cfg, job, validation_started)
+    finally:
+        job.release()
 
+
+def _done_already(job: Job) -> dict[str, Any] | None:
+    """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do."""
+    previous = read_record(job.dir)
+    if previous is None or previous.get("status") != "ok" or \
+            job_signature(previous.get("overrides")) != job_signature(job.overrides):
+        return None
+    print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
+    return previous
+
+
+def _running_elsewhere(job: Job) -> dict[str, Any]:
+    """What a job that another process is training returns here: nothing is written."""
+    holder = lock_holder(job.dir)
+    who = f"process {holder[0]}" if holder and holder[0] else "another process"
+    print(f"[ablate] {job.name}: being trained by {who} (it holds {job.dir / JOB_LOCK}); skipped here")
+    return {"status": "running", "overrides": job.overrides, "choices": job.choices, "metrics": {},
+            "error": None, "job": job.record_fields()}
+
+
+def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str, Any]:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     group = sweep_group(cfg, job.sweep_dir)
     record: dict[str, Any] = {
         "status": "failed", "overrides": job.overrides, "choices": job.choices,
         "experiment": _experiment_entry(resolved["experiment"]), "config": resolved, "metrics": {}, "error": None,
-        "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job),
+        "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job), "tune": _tune_entry(job),
         "job": job.record_fields(),
     }
     # Lightning (seconds to import) only once the config is valid: a refused one is refused at once
@@ -111,54 +162,97 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         checkpointer.wandb_run_id = run.id
     started = time.perf_counter()
     interrupt, stop = _InterruptWatch(), _StopSignals(checkpointer)
-    try:
-        with interrupt, stop:
+    ended_by: BaseException | None = None  # what ends this process's run of jobs once the record is written
+    with interrupt, stop:
+        try:
             train(cfg, job, run, record["metrics"], checkpointer, resume)
-        record["status"] = "ok"
-        if not cfg.checkpoint.keep:
-            shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
-    except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
-        if isinstance(error, Diverged):
-            record["status"], record["diverged_step"] = "diverged", error.step
-        elif isinstance(error, (KeyboardInterrupt, Preempted)) or interrupt.seen:
-            # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
-            # after its checkpoint: a relaunch resumes the job
-            record["status"] = "interrupted"
-        record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
-        record["traceback"] = traceback.format_exc()
-        if not isinstance(error, Exception):  # KeyboardInterrupt/SystemExit: record, then stop
-            _finish(record, run, job)
-            raise
-        if isinstance(error, Preempted):  # then do what the signal asked: requeue (submitit) or stop
-            _finish(record, run, job)
-            stop.pass_on(error.signum)
-    record["metrics"]["wall_time_s"] = time.perf_counter() - started
-    _finish(record, run, job)
-    return record
+            record["status"] = "ok"
+            if not cfg.checkpoint.keep:
+                shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
+        except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
+            interrupt.settle()
+            stop.settle()
+            if isinstance(error, Diverged):
+                record["status"], record["diverged_step"] = "diverged", error.step
+            elif isinstance(error, (KeyboardInterrupt, Preempted)) or interrupt.seen:
+                # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
+                # (during set-up, or after its checkpoint): a relaunch resumes the job
+                record["status"] = "interrupted"
+            record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
+            record["traceback"] = traceback.format_exc()
+            if not isinstance(error, Exception) or isinstance(error, Preempted):
+                ended_by = error
+        interrupt.settle()  # from here on a signal waits until the record is written
+        stop.settle()
+        record["metrics"]["wall_time_s"] = time.perf_counter() - started
+        _end(record, run, job)
+    if interrupt.seen:  # Ctrl-C, whatever Lightning made of it: the CLI and the sweeper exit 130
+        ended_by = KeyboardInterrupt()
+    signum = ended_by.signum if isinstance(ended_by, Preempted) else stop.received
+    if ended_by is None and signum is None:
+        return record
+    code = 130 if isinstance(ended_by, KeyboardInterrupt) else 128 + signum if signum else 1
+    _stopped.append(code)
+    if launcher_gone():  # a joblib worker whose sweep was killed: nobody waits for its result
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    if signum is not None and not isinstance(ended_by, KeyboardInterrupt):
+        stop.pass_on(signum)  # do what the signal asked: requeue (submitit) or stop
+    raise ended_by if ended_by is not None else SystemExit(code)
+
+
+def _end(record: dict[str, Any], run: Any, job: Job) -> None:
+    """Write the record and finish the wandb run (``_finish``). Where the record cannot be written
+    (a full disk), the job and both errors are named on the terminal instead."""
+    try:
+        _finish(record, run, job)
+    except OSError as error:
+        what = record["status"] + (f" ({record['error']})" if record["error"] else "")
+        print(f"ablate: {job.name}: {what}; its record could not be written in {job.dir} "
+              f"({type(error).__name__}: {error}); a relaunch runs it again", file=sys.stderr)
+        if run is not None:
+            try:
+                run.finish(exit_code=1)
+            except Exception:  # noqa: BLE001 - wandb cannot write either: the message above stands
+                pass
 
 
 #: where a job keeps its training state while it runs (removed when it ends ok, unless checkpoint.keep)
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+                     if hasattr(signal, name))
 
 
 class _StopSignals:
-    """SIGTERM (a scheduler stopping the job: ``scancel``, ``scontrol requeue``, preemption) and
-    SIGUSR1/SIGUSR2 (SLURM's warning before a time-out; submitit's preemption signal) ask the
-    job to stop: training finishes its step, saves a checkpoint and stops (``lit.Preempted``), the
-    record says ``interrupted``, and then the signal gets what it was sent for
-    (:meth:`pass_on`): submitit's own handler requeues the job, otherwise the process exits."""
+    """SIGTERM (a scheduler stopping the job: ``scancel``, ``scontrol requeue``, preemption), SIGHUP
+    (its terminal closed) and SIGUSR1/SIGUSR2 (SLURM's warning before a time-out; submitit's
+    preemption signal) ask the job to stop: during set-up at once, during training at the end of
+    its step with a checkpoint (``lit.Checkpointer.request_stop``, ``lit.Preempted``); the record
+    says ``interrupted``, and then the signal gets what it was sent for (:meth:`pass_on`):
+    submitit's own handler requeues the job, otherwise the process exits. A signal the process
+    ignores (``nohup`` ignores SIGHUP) stays ignored. Once :meth:`settle` is called (training is
+    over, the record is being written) a signal is only noted (:attr:`received`)."""
 
     def __init__(self, checkpointer: Any) -> None:
         self.checkpointer = checkpointer
+        self.settled = False
+        self.received: int | None = None  # the first stop signal that came
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
-        self.checkpointer.request_stop(signum)
+        self.received = self.received or signum
+        if not self.settled:
+            self.checkpointer.request_stop(signum)
+
+    def settle(self) -> None:
+        self.settled = True
 
     def __enter__(self) -> "_StopSignals":
         for signum in STOP_SIGNALS:
             try:
+                if signal.getsignal(signum) == signal.SIG_IGN:
+                    continue
                 self._previous[signum] = signal.signal(signum, self._handler)
             except (ValueError, OSError):  # not the main thread: the scheduler's defaults stand
                 break
@@ -196,6 +290,15 @@ def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
     return entry
 
 
+def _tune_entry(job: Job) -> dict[str, Any] | None:
+    """The record's ``tune`` in a tuned sweep: where this job's learning rate was chosen (``tuned_on``:
+    its own variant, or under ``tune.rungs=smallest`` the smallest rung's variant whose rate it reuses)."""
+    tune = job.sweep.tune if job.sweep is not None else None
+    if tune is None:
+        return None
+    return {"rungs": tune.rungs, "tuned_on": tune.transfer.get(job.variant, job.variant)}
+
+
 def _rank() -> int:
     """This process's global rank (0 outside distributed training), as Lightning reads it."""
     from pytorch_lightning.utilities import rank_zero_only
@@ -204,12 +307,33 @@ def _rank() -> int:
 
 
 def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str, run_id: str | None = None) -> Any:
+    """The job's wandb run: the id this job directory keeps (``tracking.job_run_id``; ``run_id``, a
+    checkpoint's, for a directory from before it kept one), tagged and with the job's command line
+    as notes. None with another logger, ``WANDB_MODE=disabled``, or when wandb cannot start at all:
+    the job trains without it (a warning says why) and its record's ``wandb`` is null."""
     if cfg.logger.name != "wandb":
         return None
-    from ablate.tracking import init_run
+    import warnings
 
-    return init_run(name=job.name, group=group, job_type=job.variant[:128], project=cfg.logger.project,
-                    config=_wandb_config(resolved, job), dir=job.dir, run_id=run_id)
+    import torch
+
+    from ablate.tracking import define_metrics, init_run, job_notes, job_run_id, job_tags
+
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    try:
+        run = init_run(name=job.name, group=group, job_type="train", project=cfg.logger.project,
+                       entity=cfg.logger.get("entity"), config=_wandb_config(resolved, job), dir=job.dir,
+                       tags=job_tags(cfg.logger.get("tags") or [], cfg.experiment.name, cfg.smoke is True),
+                       notes=job_notes(cfg.logger.get("notes"), job.overrides), run_id=job_run_id(job.dir, run_id),
+                       system_metrics=gpu)  # CPU runs: off, they cost speed there (README, "wandb")
+        if run is not None:
+            define_metrics(run)
+        return run
+    except Exception as error:  # noqa: BLE001 - wandb is never a reason not to train
+        warnings.warn(f"wandb: this job's run could not start ({type(error).__name__}: {error}); "
+                      "training without it", stacklevel=2)
+        return None
 
 
 def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
@@ -219,8 +343,29 @@ def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
     if run is not None:
         summary = {k: v for k, v in record["metrics"].items() if isinstance(v, (int, float, str))}
         run.summary.update({**summary, "status": record["status"], "error": record["error"] or ""})
+        _log_artifacts(record, run, job)
         run.finish(exit_code=0 if record["status"] == "ok" else 1)
     _print_summary(record, job)
+
+
+def _log_artifacts(record: dict[str, Any], run: Any, job: Job) -> None:
+    """The job's record as the artifact ``record-<run id>`` (what the sweep's table summarises:
+    README, "wandb"), and with ``checkpoint.keep=true`` the trained weights as ``model-<run id>``."""
+    import warnings
+
+    from ablate.results import RESULT_FILE
+    from ablate.tracking import log_files
+
+    about = {"variant": job.variant, "status": record["status"], "overrides": job.overrides}
+    checkpoint = job.dir / CHECKPOINT
+    try:
+        log_files(run, f"record-{run.id}", "job-record", {RESULT_FILE: job.dir / RESULT_FILE}, about)
+        if record["status"] == "ok" and (record["config"].get("checkpoint") or {}).get("keep") and checkpoint.is_file():
+            log_files(run, f"model-{run.id}", "model", {checkpoint.name: checkpoint},
+                      {**about, "steps": record["metrics"].get("steps"), "params": record["metrics"].get("params")},
+                      copy=False)  # weights can be large: read in place when synced, not staged twice
+    except Exception as error:  # noqa: BLE001 - the record is written; wandb only misses its copy
+        warnings.warn(f"wandb: could not log this job's artifacts: {type(error).__name__}: {error}", stacklevel=2)
 
 
 def _print_summary(record: dict[str, Any], job: Job) -> None:

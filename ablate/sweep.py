@@ -8,7 +8,7 @@ sweep, another sweeper), the keys whose values vary across the records. A single
 sweep has no swept keys to go by: all its overrides but those three make its variant.
 
 Every consumer names a variant by :func:`variant_key` (sorted ``key=value`` pairs joined by
-``,``): the wandb ``job_type`` of a job (``ablate.run``), the rows of the table
+``,``): the wandb config key ``variant`` of a job (``ablate.run``), the rows of the table
 (``ablate.report``) and the keys of ``bench.json`` (``ablate.bench``), so the three always agree.
 
 A sweep's plan is one typed object, :class:`SweepPlan`, which is also its file ``sweep.json``
@@ -60,6 +60,13 @@ def parse_overrides(overrides: Iterable[str] | None) -> dict[str, str]:
             out[key] = value
     return out
 
+
+#: the swept keys that make model size vary: a preset or the model's dimensions (a scale ladder's rungs;
+#: ``tune.rungs=smallest`` tunes on the smallest)
+SIZE_KEYS = ("model.size", "model.d_model", "model.n_layers", "model.n_heads")
+#: ``model.size``'s presets from the smallest (``ablate.model.SIZES``, which tests hold equal), so the
+#: records' sizes can be ordered without importing the model
+SIZE_PRESETS = ("3xs", "2xs", "xs", "s", "m", "l")
 
 def split_override_string(text: str) -> dict[str, str]:
     """``"a=1,b=2"`` or ``"a=1 b=2"`` -> ``{"a": "1", "b": "2"}`` (values may hold commas: ``[16,32]``)."""
@@ -141,6 +148,10 @@ class Tuning:
     seeds: list[int] = field(default_factory=list)        # the tuning runs' seeds
     final_seeds: list[int] | None = None  # the seeds the definition runs at the chosen rate (None: unrecorded)
     metric: str = "loss"            # loss | accuracy (tune.metric)
+    # tune.rungs=smallest: variant -> the variant at the smallest rung whose chosen lr it reuses (μP);
+    # those variants have no tuning runs of their own
+    transfer: dict[str, str] = field(default_factory=dict)
+    rungs: str = "all"              # all | smallest (tune.rungs)
     chosen: dict[str, float] = field(default_factory=dict)                    # variant -> lr
     scores: dict[str, dict[str, float | None]] = field(default_factory=dict)  # variant -> lr text -> score
 
@@ -176,21 +187,39 @@ class SweepPlan:
 
     @classmethod
     def read(cls, sweep_dir: str | Path | None) -> "SweepPlan | None":
-        """The plan in ``<sweep_dir>/sweep.json``; None when there is none or it cannot be read.
-        Files written before ``definition`` was recorded give their ``jobs`` as the definition."""
+        """The plan in ``<sweep_dir>/sweep.json``; None when there is none or it cannot be read
+        (:meth:`unreadable` says why). Files written before ``definition`` was recorded give their
+        ``jobs`` as the definition."""
         if sweep_dir is None:
             return None
         try:
-            data = json.loads((Path(sweep_dir) / SWEEP_FILE).read_text())
-            jobs = _job_lists(data["jobs"])
-            definition = _job_lists(data.get("definition")) if data.get("definition") is not None else jobs
-            swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
-            budget, tune = data.get("budget"), data.get("tune")
-            return cls(swept=swept, jobs=jobs, definition=definition,
-                       budget=_typed(Budget, budget) if isinstance(budget, dict) else None,
-                       tune=_typed(Tuning, tune) if isinstance(tune, dict) else None)
+            return cls._load(Path(sweep_dir) / SWEEP_FILE)
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
+
+    @classmethod
+    def unreadable(cls, sweep_dir: str | Path) -> str | None:
+        """Why ``<sweep_dir>/sweep.json`` exists but cannot be read as a plan; None when it reads
+        or there is none."""
+        path = Path(sweep_dir) / SWEEP_FILE
+        if not path.exists() and not path.is_symlink():
+            return None
+        try:
+            cls._load(path)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+            return f"{path} cannot be read as a sweep plan ({type(error).__name__}: {error})"
+        return None
+
+    @classmethod
+    def _load(cls, path: Path) -> "SweepPlan":
+        data = json.loads(path.read_text())
+        jobs = _job_lists(data["jobs"])
+        definition = _job_lists(data.get("definition")) if data.get("definition") is not None else jobs
+        swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
+        budget, tune = data.get("budget"), data.get("tune")
+        return cls(swept=swept, jobs=jobs, definition=definition,
+                   budget=_typed(Budget, budget) if isinstance(budget, dict) else None,
+                   tune=_typed(Tuning, tune) if isinstance(tune, dict) else None)
 
 
 def _job_lists(value: Any) -> list[list[str]]:

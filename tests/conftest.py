@@ -55,18 +55,34 @@ def records(sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep_dir.rglob("result.json"))]
 
 
+def leet_inspect(run_dir: str | Path, *flags: str) -> str:
+    """``wandb leet inspect [flags] RUN_DIR``'s output. `wandb leet` is a Python front end (about 1.5 s
+    of imports a call) that resolves the run's .wandb file and runs ``wandb-core leet inspect`` with
+    it; the tests call wandb-core the same way (0.1 s), or `wandb leet` where wandb-core is missing."""
+    from wandb.util import get_core_path
+
+    run_dir = Path(run_dir).resolve()
+    logs = sorted(run_dir.glob("*.wandb"))
+    try:
+        core = get_core_path()
+    except Exception:  # noqa: BLE001 - no wandb-core binary: the front end finds its own
+        core = None
+    if core and len(logs) == 1:
+        args = [core, "leet", "inspect", "--no-observability", *flags, "--run-file", str(logs[0]), str(run_dir.parent)]
+    else:
+        args = [str(BIN / "wandb"), "leet", "inspect", *flags, str(run_dir)]
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
 def wandb_summary(run_dir: str | Path) -> dict:
-    """What wandb logged for a run, read back from its offline files with `wandb leet`."""
-    out = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--summary", "--json", str(run_dir)],
-                         capture_output=True, text=True, check=True, timeout=60)
-    return json.loads(out.stdout)
+    """What wandb logged for a run, read back from its offline files with `wandb leet inspect --summary`."""
+    return json.loads(leet_inspect(run_dir, "--summary", "--json"))
 
 
 def wandb_run_info(run_dir: str | Path) -> dict:
-    """The run record of a run's .wandb log (name, group, job_type, config), via `wandb leet`."""
-    out = subprocess.run([str(BIN / "wandb"), "leet", "inspect", "--json", str(run_dir)],
-                         capture_output=True, text=True, check=True, timeout=60)
-    return next(json.loads(line)["run"] for line in out.stdout.splitlines() if '"type":"run"' in line)
+    """The run record of a run's .wandb log (name, group, job_type, config), via `wandb leet inspect`."""
+    out = leet_inspect(run_dir, "--json")
+    return next(json.loads(line)["run"] for line in out.splitlines() if '"type":"run"' in line)
 
 
 # ---------------------------------------------------------------------------- the order of files
@@ -74,7 +90,7 @@ def wandb_run_info(run_dir: str | Path) -> dict:
 # longest files go first, so that the run does not end with one worker busy on a long file while the
 # other waits (longest-first scheduling); the rest keep pytest's order. Figures from
 # `pytest -n 2 --dist loadfile -m slow --durations=0`, summed per file (seconds, two workers).
-LONGEST_FILES = ["test_hostile.py", "test_reliability.py", "test_launchers.py", "test_slurm.py",
+LONGEST_FILES = ["test_hostile.py", "test_reliability.py", "test_concurrency.py", "test_launchers.py", "test_slurm.py",
                  "test_gpu_path.py", "test_jobdirs.py", "test_cli.py", "test_sweeper.py", "test_install.py",
                  "test_newcomer.py", "test_sweepers.py", "test_tokens.py", "test_checkpoint.py"]
 

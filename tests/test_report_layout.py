@@ -343,8 +343,7 @@ def test_a_tuned_sweep_before_its_lr_is_chosen_shows_the_default_lr(tmp_path):
 
 @pytest.mark.slow
 def test_wandb_logs_the_table_as_shown(tmp_path, monkeypatch):
-    import subprocess
-    import sys
+    from conftest import wandb_summary
 
     from ablate.report import log_to_wandb
 
@@ -354,14 +353,9 @@ def test_wandb_logs_the_table_as_shown(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = write_sweep(tmp_path / "sweep", task_records(columns="task"))
     t = build_table(load_records(sweep))
-    run_dir = log_to_wandb(t, sweep, save_outputs(t, sweep)["png"])
+    run_dir = log_to_wandb(t, sweep, save_outputs(t, sweep))
     assert run_dir
-    cli = Path(sys.executable).parent / "wandb"
-    if not cli.exists():
-        pytest.skip("wandb CLI not found next to the interpreter")
-    out = subprocess.run([str(cli), "leet", "inspect", "--summary", "--json", run_dir],
-                         capture_output=True, text=True, timeout=60, check=True)
-    summary = json.loads(out.stdout)["summary"]
+    summary = wandb_summary(run_dir)["summary"]
     assert summary["ablation_table"]["nrows"] == 3 and summary["columns"] == "task"
     assert summary["n_comparisons"] == 6
 

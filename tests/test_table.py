@@ -10,8 +10,6 @@ import csv
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,8 @@ from scipy import stats
 
 from ablate.report import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, build_table, csv_columns, load_records, log_to_wandb,
                            render, save_outputs)
+from conftest import wandb_run_info, wandb_summary
+
 from ablate.report.cli import main
 from ablate.sweep import variant_key, variants
 
@@ -387,35 +387,22 @@ def test_save_outputs_eval_plot(tmp_path):
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
 
 
-def _wandb_cli():
-    exe = Path(sys.executable).parent / "wandb"
-    return str(exe) if exe.exists() else None
-
-
 @pytest.mark.slow
 def test_log_to_wandb_offline(table, sweep, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
-    png = save_outputs(table, sweep)["png"]
-    run_dir = log_to_wandb(table, sweep, png)
+    run_dir = log_to_wandb(table, sweep, save_outputs(table, sweep))
     assert run_dir and Path(run_dir).is_dir() and Path(run_dir).is_relative_to(sweep)
-    cli = _wandb_cli()
-    if cli is None:
-        pytest.skip("wandb CLI not found next to the interpreter")
-    out = subprocess.run([cli, "leet", "inspect", "--summary", "--json", run_dir],
-                         capture_output=True, text=True, timeout=60, check=True)
-    summary = json.loads(out.stdout)
+    summary = wandb_summary(run_dir)
     assert summary["state"] == "finished" and summary["project"] == "ablate-test"
     s = summary["summary"]
     assert s["baseline"] == "independent" and s["speed_source"] == "records" and s["n_variants"] == 3
     assert s["ablation_table"]["_type"] == "table-file" and s["ablation_table"]["nrows"] == 3
     assert s["ablation_plot"]["_type"] == "image-file"
     assert summary["config"]["baseline_key"] == "qkv_sharing=independent"
-    records = subprocess.run([cli, "leet", "inspect", "--json", run_dir],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    run_rec = next(json.loads(ln)["run"] for ln in records.splitlines() if '"type":"run"' in ln)
+    run_rec = wandb_run_info(run_dir)
     assert run_rec.get("job_type") == "table" and run_rec.get("run_group") == "sweep-g"
 
 
@@ -587,3 +574,29 @@ def test_correction_runs_over_the_rows_shown_only():
     base, qk, qkv = t.rows
     assert _correct([base, qk], None) == 1 and qk.p_corrected == qk.p_value  # one comparison: p itself
     assert _correct(t.rows, None) == 2 and qk.p_corrected >= qk.p_value
+
+
+def test_table_png_shows_the_delta_with_its_ci_and_the_marks_on_a_fitted_axis():
+    """table.png carries the table's message: accuracy on an axis fitted to the values (not from 0), Δ
+    to the baseline with its 95% CI, a star where the corrected p < 0.05; lengths against accuracy for
+    a sweep evaluated beyond its training length."""
+    from ablate.report.plot import table_figure
+
+    accs = {"a": [0.900, 0.902, 0.901], "b": [0.951, 0.953, 0.952], "c": [0.899, 0.905, 0.903]}
+    recs = [record(i * 3 + s, [f"pos_enc={v}", f"seed={s}"], acc=acc)
+            for i, (v, seeds) in enumerate(accs.items()) for s, acc in enumerate(seeds)]
+    t = build_table(recs, baseline="pos_enc=a")
+    ax_acc, ax_delta, _ = table_figure(t).axes
+    low, high = ax_acc.get_xlim()
+    assert 85 < low < 90.0 and 95.3 < high < 100  # fitted around 90-95 %, not 0-100
+    b = next(r for r in t.rows if r.key == "pos_enc=b")
+    segments = [seg for coll in ax_delta.collections for seg in coll.get_segments() if len(seg) == 2]
+    spans = {round(float(seg[0][0]), 6): round(float(seg[1][0]), 6) for seg in segments}
+    assert spans[round(b.delta_ci_low * 100, 6)] == round(b.delta_ci_high * 100, 6)  # its CI, in points
+    stars = [a.get_text() for a in ax_delta.texts if "*" in a.get_text()]
+    assert b.p_corrected < 0.05 and stars == ["**" if b.p_corrected < 0.01 else "*"]  # c: not significant
+
+    recs = [record(i, [f"pos_enc={v}", "seed=0"], evals={16: 0.9, 32: 0.4, 64: 0.2}) for i, v in enumerate("ab")]
+    ax_len = table_figure(build_table(recs)).axes[0]
+    assert ax_len.get_xlabel().startswith("evaluation length")
+    assert sorted({float(x) for line in ax_len.get_lines() for x in line.get_xdata()}) == [16.0, 32.0, 64.0]

@@ -6,6 +6,7 @@
     ablate-table SWEEP_DIR --columns task         # one accuracy column per task, plus avg
     ablate-table SWEEP_DIR --rows a,b --test welch  # these rows in this order; Welch's test
     ablate-table SWEEP_DIR --ladder off           # a size sweep as the flat table, not a scale ladder
+    ablate-table SWEEP_DIR --html                 # report.html: table, figures, runs; opens offline
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from ablate.report.formats import FORMATS, render, rich_table
-from ablate.report.plot import plot
 from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
 from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE
 from ablate.report.stats import TESTS
+from ablate.report.webpage import REPORT_FILE, write_report
 from ablate.sweep import load_sweep_records
 from ablate.report.table import build_table
 
@@ -48,8 +48,11 @@ def _parser() -> argparse.ArgumentParser:
                    "'on': a ladder or an error")
     p.add_argument("--save", action="store_true", help="write table.{md,tex,csv,png} (and curves.png, lr.png "
                    "when the records support them; a ladder: scaling.png, not table.png) into the sweep directory")
+    p.add_argument("--html", action="store_true", help=f"write {REPORT_FILE} into the sweep directory: one "
+                   "self-contained page (the table sortable, every figure, each run's status, error and "
+                   "directory, the statistics explained) that any browser opens offline")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=None,
-                   help="log the table and plot to the sweep's wandb group, as a run of job_type 'table' "
+                   help="log the table, its figures and files to the sweep's wandb group, as a run of job_type 'table' "
                    "(default: on when the sweep's runs were logged to wandb)")
     p.add_argument("--bench", action="store_true", help="time all variants interleaved in this process "
                    "(ablate-bench) and use that as the speed source")
@@ -89,18 +92,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(render(table, args.format))
 
-    png, figures = None, {}
+    written = None
     if args.save:
-        written = save_outputs(table, path)
-        if args.bench and bench is not None:  # keep the figures the saved table was built from
-            written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
-        png = written["png"]
-        figures = {k: v for k, v in written.items() if k in ("curves", "lr")}
+        try:
+            written = save_outputs(table, path)
+            if args.bench and bench is not None:  # keep the figures the saved table was built from
+                written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
+        except OSError as err:  # a read-only directory, a full disk
+            print(f"ablate-table: --save cannot write into {path}: {type(err).__name__}: {err}", file=sys.stderr)
+            return 2
         print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
+    if args.html:
+        try:
+            report = write_report(table, records, path, written)  # written None: figures drawn afresh
+        except OSError as err:
+            print(f"ablate-table: --html cannot write into {path}: {type(err).__name__}: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {report}", file=sys.stderr)
     if args.wandb or (args.wandb is None and table.wandb_group):
-        with tempfile.TemporaryDirectory() as tmp:
-            png = png or plot(table, Path(tmp) / "table.png")
-            run = log_to_wandb(table, path, png, figures)
+        run = log_to_wandb(table, path, written)  # None: the figures are drawn for wandb alone
         if run:
             print(f"wandb: table run in {run}", file=sys.stderr)
     return 0

@@ -1,7 +1,8 @@
 """The table's figures (PNG, matplotlib without pyplot: no global state, Agg canvas).
 
-* ``plot``: ``table.png``: accuracy ± std, speed ratio and memory ratio per variant (a pivoted
-  table: accuracy per column value and the average, grouped per row), the baseline highlighted;
+* ``plot``: ``table.png``: per variant its accuracy (mean ± std and each seed, or against evaluation
+  length), Δ to the baseline with its 95% CI and the marks, and the speed and memory ratios (a
+  pivoted table: accuracy per column value and the average per row), the baseline in bold;
 * ``curves``: ``curves.png``: validation loss against training FLOPs spent (``metrics.history``),
   one line per variant, the mean over seeds with a band from the lowest to the highest seed;
   compute on the x axis, so variants of different cost compare at equal compute
@@ -52,76 +53,133 @@ def _row_label(table: SweepTable, row: Row) -> str:
     return row.label
 
 
-def _pivot_plot(table: SweepTable, path: str | Path) -> Path:
-    """Accuracy per column value and the row's average, grouped per row, baseline row outlined."""
+def metric_name(metric: str) -> str:
+    """A metric as a reader reads it: ``next_token_accuracy`` -> ``next-token accuracy``."""
+    return metric.replace("next_token", "next-token").replace("_", " ")
+
+
+def _marks(row: Row) -> str:
+    p = row.p_corrected
+    return "" if p is None else "**" if p < 0.01 else "*" if p < 0.05 else ""
+
+
+def _variant_axis(ax, table: SweepTable, labels: list[str], named: bool = True) -> None:
+    """Variants down the y axis, top to bottom in table order, the baseline's name in bold (named:
+    the panel that shows the names; the others share its axis)."""
+    ax.set_yticks(range(len(labels)), labels, fontsize="small")
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    for tick, row in zip(ax.get_yticklabels(), table.rows):
+        tick.set_fontweight("bold" if row.is_baseline else "normal")
+    ax.tick_params(axis="y", labelleft=named)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _pivot_figure(table: SweepTable):
+    """Accuracy per column value (a dot per column, ± std) and the row's average (a diamond), one line
+    of dots per row, on an axis fitted to the values; the baseline row in bold."""
     from matplotlib.figure import Figure
 
     labels = [r.label for r in table.rows]
-    xs = list(range(len(labels)))
-    groups = [(table.column_label(v), [(r.cells[v].accuracy_mean, r.cells[v].accuracy_std) if v in r.cells
-                                       else (None, None) for r in table.rows]) for v in table.column_values]
-    groups.append(("avg", [(r.avg, None) for r in table.rows]))
-    width = 0.8 / len(groups)
-    fig = Figure(figsize=(max(8.0, 1.2 + 0.5 * len(groups) * len(labels)), 4.5), layout="constrained")
+    fig = Figure(figsize=(9.0, 1.6 + 0.45 * len(labels)), layout="constrained")
     ax = fig.subplots()
-    edges = ["black" if r.is_baseline else "none" for r in table.rows]
-    for j, (name, cells) in enumerate(groups):
-        ax.bar([x - 0.4 + width * (j + 0.5) for x in xs], [_nz(m) * 100 for m, _ in cells], width,
-               yerr=[_nz(s) * 100 for _, s in cells], capsize=2, label=name, color=f"C{j}",
-               edgecolor=edges, linewidth=1.5, hatch="//" if name == "avg" else None)
-    ax.set_ylim(0, 118)
-    ax.legend(fontsize="small", ncols=min(len(groups), 6), loc="upper center", frameon=False)
-    ax.set_title(f"{table.metric} (%) per {table.columns_key}, mean ± std")
-    ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize="small")
-    for tick, row in zip(ax.get_xticklabels(), table.rows):
-        tick.set_fontweight("bold" if row.is_baseline else "normal")
-    fig.suptitle(f"{title(table)} (baseline: {table.baseline})")
-    return _save(fig, path)
+    n = len(table.column_values)
+    for j, v in enumerate(table.column_values):
+        ys = [i + 0.6 * ((j + 0.5) / n - 0.5) for i in range(len(table.rows))]
+        cells = [r.cells.get(v) for r in table.rows]
+        ax.errorbar([_nz(c.accuracy_mean if c else None) * 100 for c in cells], ys,
+                    xerr=[_nz(c.accuracy_std if c else None) * 100 for c in cells], fmt="o", capsize=2,
+                    color=f"C{j}", label=table.column_label(v))
+    ax.plot([_nz(r.avg) * 100 for r in table.rows], range(len(table.rows)), "D", color="black",
+            markersize=6, label="avg", linestyle="none")
+    _variant_axis(ax, table, labels)
+    ax.set_xlabel(f"{metric_name(table.metric)} (%): mean ± std over seeds")
+    ax.legend(fontsize="small", ncols=min(n + 1, 6), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.suptitle(f"{title(table)}, per {table.columns_key}; baseline {table.baseline}")
+    return fig
+
+
+def _length_panel(ax, table: SweepTable) -> None:
+    """Accuracy against evaluation length, a line per variant (an extrapolation sweep)."""
+    lengths = sorted(([table.train_length] if table.train_length else []) + table.extra_lengths)
+    for i, row in enumerate(table.rows):
+        points = [(L, row.eval[L]) for L in lengths if L in row.eval and row.eval[L][0] is not None]
+        ax.errorbar([L for L, _ in points], [m * 100 for _, (m, _) in points],
+                    yerr=[_nz(sd) * 100 for _, (_, sd) in points], marker="o", capsize=2,
+                    color="black" if row.is_baseline else f"C{i}", linewidth=2 if row.is_baseline else 1.2,
+                    label=row.label)
+    if table.train_length:
+        ax.axvline(table.train_length, color="gray", linestyle="--", linewidth=0.8, label="trained at")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel(f"{metric_name(table.metric)} (%)")
+    ax.set_title("accuracy against length, mean ± std", fontsize="medium")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
 
 
 def plot(table: SweepTable, path: str | Path) -> Path:
-    """Three panels (accuracy ± std, speed ratio, memory ratio), the baseline highlighted; PNG.
-    A pivoted table: one panel, accuracy per column value and the average, grouped per row.
-    A ladder: ``scaling_plot``."""
+    """``table.png`` (``table_figure``); a ladder: ``scaling_plot``."""
     if isinstance(table, LadderTable):
         return scaling_plot(table, path)
+    return _save(table_figure(table), path)
+
+
+def table_figure(table: SweepTable):
+    """The figure of ``table.png``: what the table says. Left, each variant's accuracy (mean ± std, every seed a
+    faint dot) on an axis fitted to the values, or for a sweep evaluated beyond its training length
+    accuracy against length per variant; middle, Δ to the baseline with its 95% CI and the table's
+    marks (the result: a CI clear of 0 and a star); right, the speed and memory ratios to the
+    baseline. The baseline in bold. A pivoted table: accuracy per column value per row."""
     if table.pivoted:
-        return _pivot_plot(table, path)
+        return _pivot_figure(table)
     from matplotlib.figure import Figure
 
     labels = [r.label for r in table.rows]
-    xs = list(range(len(labels)))
-    colors = ["tab:orange" if r.is_baseline else "tab:blue" for r in table.rows]
-    edges = ["black" if r.is_baseline else "none" for r in table.rows]
-    fig = Figure(figsize=(max(11.0, 3 * (1 + 0.6 * len(labels))), 4.5), layout="constrained")
-    ax_acc, ax_speed, ax_mem = fig.subplots(1, 3)
+    ys = list(range(len(labels)))
+    colors = ["black" if r.is_baseline else "tab:blue" for r in table.rows]
+    fig = Figure(figsize=(min(18.0, 11.0 + 0.07 * max(map(len, labels))), 1.8 + 0.42 * len(labels)),
+                 layout="constrained")
+    ax_acc, ax_delta, ax_ratio = fig.subplots(1, 3, width_ratios=[1.2, 1.2, 1.0],
+                                              sharey=not table.extra_lengths)
 
-    if table.extra_lengths:  # grouped bars: one per evaluated length, the baseline outlined
-        lengths = ([table.train_length] if table.train_length else []) + table.extra_lengths
-        width = 0.8 / len(lengths)
-        shades = [f"C{j}" for j in range(len(lengths))]
-        for j, L in enumerate(lengths):
-            means = [_nz(r.eval.get(L, (None, None))[0]) * 100 for r in table.rows]
-            stds = [_nz(r.eval.get(L, (None, None))[1]) * 100 for r in table.rows]
-            ax_acc.bar([x - 0.4 + width * (j + 0.5) for x in xs], means, width, yerr=stds, capsize=2,
-                       label=f"@{L}", color=shades[j], edgecolor=edges, linewidth=1.5)
-        ax_acc.set_ylim(0, 118)
-        ax_acc.legend(fontsize="small", ncols=len(lengths), loc="upper center", frameon=False)
+    if table.extra_lengths:
+        _length_panel(ax_acc, table)
     else:
-        ax_acc.bar(xs, [_nz(r.accuracy_mean) * 100 for r in table.rows],
-                   yerr=[_nz(r.accuracy_std) * 100 for r in table.rows], capsize=4, color=colors)
-    ax_acc.set_title(f"{table.metric} (%), mean ± std")
-    for ax, attr, name in ((ax_speed, "speed_ratio", f"speed ratio ({table.speed_source})"),
-                           (ax_mem, "memory_ratio", "peak memory ratio")):
-        ax.bar(xs, [_nz(getattr(r, attr)) for r in table.rows], color=colors)
-        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-        ax.set_title(name)
-    for ax in (ax_acc, ax_speed, ax_mem):
-        ax.set_xticks(xs, labels, rotation=30, ha="right", fontsize="small")
-        for tick, row in zip(ax.get_xticklabels(), table.rows):
-            tick.set_fontweight("bold" if row.is_baseline else "normal")
-    fig.suptitle(f"{title(table)} (baseline: {table.baseline})")
-    return _save(fig, path)
+        for y, row, color in zip(ys, table.rows, colors):
+            ax_acc.plot([a * 100 for a in row.accuracies], [y] * len(row.accuracies), "o", color=color,
+                        alpha=0.25, markersize=4)
+            ax_acc.errorbar([_nz(row.accuracy_mean) * 100], [y], xerr=[_nz(row.accuracy_std) * 100], fmt="o",
+                            color=color, capsize=4, markersize=6)
+        _variant_axis(ax_acc, table, labels)
+        ax_acc.set_xlabel(f"{metric_name(table.metric)} (%)")
+        ax_acc.set_title("accuracy: mean ± std over seeds (dots: seeds)", fontsize="medium")
+
+    deltas = [_nz(r.delta) * 100 for r in table.rows]
+    low = [d - _nz(r.delta_ci_low) * 100 if r.delta_ci_low is not None else 0.0 for d, r in zip(deltas, table.rows)]
+    high = [_nz(r.delta_ci_high) * 100 - d if r.delta_ci_high is not None else 0.0 for d, r in zip(deltas, table.rows)]
+    ax_delta.axvline(0.0, color="gray", linewidth=0.8)
+    ax_delta.errorbar(deltas, ys, xerr=[low, high], fmt="o", color="tab:blue", ecolor="tab:blue", capsize=4)
+    for y, d, h, row in zip(ys, deltas, high, table.rows):
+        if _marks(row):
+            ax_delta.annotate(_marks(row), (d + h, y), xytext=(4, -4), textcoords="offset points", fontsize=12)
+        if row.is_baseline:
+            ax_delta.annotate("baseline", (0.0, y), xytext=(4, -4), textcoords="offset points", fontsize="small")
+    _variant_axis(ax_delta, table, labels, named=bool(table.extra_lengths))
+    ax_delta.set_xlabel("Δ accuracy to the baseline (points)")
+    ax_delta.set_title("Δ with its 95% CI (* p<0.05, ** p<0.01, Holm)", fontsize="medium")
+
+    for attr, name, marker, color in (("speed_ratio", f"speed ({table.speed_source})", "s", "tab:green"),
+                                       ("memory_ratio", "peak memory", "^", "tab:purple")):
+        ax_ratio.plot([_nz(getattr(r, attr)) for r in table.rows], ys, marker, color=color, label=name,
+                      linestyle="none", markersize=7)
+    ax_ratio.axvline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    _variant_axis(ax_ratio, table, labels, named=False)
+    ax_ratio.set_xlabel("ratio to the baseline")
+    ax_ratio.set_title("speed and memory", fontsize="medium")
+    ax_ratio.legend(fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.06), ncols=2, frameon=False)
+    fig.suptitle(f"{title(table)}; baseline {table.baseline}")
+    return fig
 
 
 def _x_axis(rows: list[Row]) -> str:
