@@ -19,6 +19,7 @@ never raised: :func:`validate` raises one ``ConfigError`` listing every problem.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Literal, Mapping
 
@@ -52,8 +53,17 @@ class LoggerSettings:
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
         tags = settings.get("tags")
-        return [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
-                (tags if isinstance(tags, list) else []) if isinstance(tag, str) and not 0 < len(tag) <= 64]
+        out = [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
+               (tags if isinstance(tags, list) else []) if isinstance(tag, str) and not 0 < len(tag) <= 64]
+        mode = os.environ.get("WANDB_MODE")
+        if settings.get("name") == "wandb" and mode and mode not in WANDB_MODES:
+            out.append(f"the environment's WANDB_MODE={mode!r} is not a wandb mode; valid: {', '.join(WANDB_MODES)} "
+                       "(or unset: online with credentials, else offline)")
+        return out
+
+
+#: what wandb accepts in WANDB_MODE (``dryrun`` is its old name for offline)
+WANDB_MODES = ("online", "offline", "disabled", "dryrun")
 
 
 DESIGNS = ("one_at_a_time", "leave_one_out")

@@ -37,6 +37,17 @@ def test_logger_entity_tags_and_notes_are_settings_checked_like_the_others() -> 
     assert "logger.entity=[1] must be a string or null" in problems
 
 
+def test_an_invalid_wandb_mode_is_refused_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WANDB_MODE is read back from the environment: a value wandb does not know is named with the
+    valid ones by validation (exit 2 before any training), not warned about and run."""
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    problems = config_problems(compose_cfg([]))
+    assert any("WANDB_MODE='ofline'" in p and "online, offline, disabled" in p for p in problems), problems
+    assert not [p for p in config_problems(compose_cfg(["logger=csv"])) if "WANDB_MODE" in p]  # wandb unused
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert not [p for p in config_problems(compose_cfg([])) if "WANDB_MODE" in p]
+
+
 @contextlib.contextmanager
 def silent_host() -> Iterator[int]:
     """A local TCP server that accepts every connection and never answers; yields its port."""
