@@ -259,8 +259,12 @@ def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) 
         time.sleep(0.05)
     assert (tmp_path / "run" / "metrics.csv").exists(), "training never started"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    proc.wait(timeout=120)
-    assert proc.returncode != 0
+    try:  # communicate, not wait: a child writing more than a pipe holds to stderr would block forever
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, err[-2000:]
     (record,) = records(tmp_path / "run")
     assert record["status"] == "interrupted", (record["status"], record["error"])
     table = run_cli([str(tmp_path / "run"), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
