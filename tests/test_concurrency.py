@@ -84,7 +84,7 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     assert records(sweep) == [] and {d: lock_holder(d) for d in running} == running
 
     os.kill(first.pid, signal.SIGTERM)  # the launching process only, as `kill PID` does
-    out, err = first.communicate(timeout=120)
+    out, err = first.communicate(timeout=300)
     assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "stopped by SIGTERM" in err and "Relaunch the same command" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
@@ -99,7 +99,7 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     _wait(lambda: all(_modified(d / "metrics.csv") > started for d in running) or relaunch.poll() is not None,
           240, "the relaunched jobs training")
     os.killpg(relaunch.pid, signal.SIGINT)
-    out, err = relaunch.communicate(timeout=120)
+    out, err = relaunch.communicate(timeout=300)
     assert relaunch.returncode == 130, err[-3000:]
     assert "interrupted (Ctrl-C)" in err and "Traceback" not in err, err[-3000:]
     recs = [json.loads((d / "result.json").read_text()) for d in running]
