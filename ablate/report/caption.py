@@ -81,9 +81,10 @@ class CaptionText:
                 (f" ({_span(steps)} steps)" if steps else "")
         return f"budget: {match} matched"
 
-    def tune_note(self) -> str | None:
-        """A tuned sweep's sentence: the lr grid and how each variant's lr was chosen, what
-        ``Δ @ default lr`` compares, and which variants are not tuned yet."""
+    def tune_note(self, rows: list | None = None) -> str | None:
+        """A tuned sweep's sentence: the lr grid and how each variant's lr was chosen; given the
+        table's ``rows`` (a flat table's, whose rows carry their lr and a Δ @ default lr column), what
+        that column compares and which variants are not tuned yet."""
         t = self.tune
         if not t:
             return None
@@ -94,9 +95,9 @@ class CaptionText:
                "row on its smallest rung, each larger rung reusing that lr (tune.rungs=smallest, μP)")
         note = (f"lr tuned per {per} on the validation split (grid {grid}; best validation "
                 f"{t.metric or 'loss'}{on}); the rows are the runs at each variant's chosen lr")
-        if t.default_lr is not None and hasattr(self, "flat"):
+        if t.default_lr is not None and rows is not None:
             note += f"; Δ @ default lr: the same comparison at the shared default lr {_lr_text(t.default_lr)}"
-        missing = [r.label for r in getattr(self, "flat", []) if r.lr is None]
+        missing = [r.label for r in rows or [] if r.lr is None]
         if missing:
             note += f"; not tuned yet (runs at the default lr shown): {', '.join(missing)}"
         return note
@@ -138,7 +139,7 @@ class CaptionText:
                       else "each run's eval.early_fraction of training")
                 parts.append(f"early/final loss: validation loss at {at} (eval.early_fraction; within the run) "
                              "and at its end, mean over seeds")
-        for note in (self.budget_note(), self.tune_note(), self.transfer_note()):
+        for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note()):
             if note:
                 parts.append(note)
         parts += [baseline, "diverged/failed runs are counted in status and excluded from means"]
