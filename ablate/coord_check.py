@@ -112,11 +112,13 @@ def kind(layer: str) -> str:
     return layer.split(".")[0]
 
 
-def mean_rms(rows: list[dict], parametrization: str, step: int, layer_kind: str) -> dict[int, float]:
-    """width -> the mean RMS over seeds and over the layers of one kind, at one step."""
+def mean_rms(rows: list[dict], parametrization: str, step: int, layer_kind: str | None = None,
+             layer: str | None = None) -> dict[int, float]:
+    """width -> the mean RMS over seeds and over the layers of one kind (or the one ``layer``), at one step."""
     sums: dict[int, list[float]] = {}
     for r in rows:
-        if r["parametrization"] == parametrization and r["step"] == step and kind(r["layer"]) == layer_kind:
+        if r["parametrization"] == parametrization and r["step"] == step and (
+                r["layer"] == layer if layer is not None else kind(r["layer"]) == layer_kind):
             sums.setdefault(r["width"], []).append(r["rms"])
     return {w: sum(v) / len(v) for w, v in sorted(sums.items())}
 
@@ -153,12 +155,8 @@ def plot(rows: list[dict], path: str | Path) -> Path:
         for j, step in enumerate(steps):
             ax = axes[i][j]
             for layer in dict.fromkeys(r["layer"] for r in rows):
-                points: dict[int, list[float]] = {}
-                for r in rows:
-                    if r["parametrization"] == p and r["step"] == step and r["layer"] == layer:
-                        points.setdefault(r["width"], []).append(r["rms"])
-                ws = sorted(points)
-                ax.plot(ws, [sum(points[w]) / len(points[w]) for w in ws], marker="o", markersize=3,
+                points = mean_rms(rows, p, step, layer=layer)
+                ax.plot(list(points), list(points.values()), marker="o", markersize=3,
                         color=colours[kind(layer)], alpha=0.8, linewidth=1)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
