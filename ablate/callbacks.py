@@ -105,7 +105,7 @@ class SweepCallbacks(Callback):
                         f"the records are there: ablate-table {sweep_dir} --save, once it can be written")
         print(f"[ablate] table saved: {', '.join(str(p) for p in [*paths.values(), report])}")
         if config.logger.name == "wandb":
-            log_to_wandb(table, sweep_dir, paths)
+            log_to_wandb(table, sweep_dir, {**paths, "html": report})
         failed = [r for r in records if r.get("status") == "failed"]
         if failed:
             print(f"ablate: {len(failed)} job(s) failed: "

@@ -50,7 +50,8 @@ def test_a_sweep_in_wandb_as_a_wandb_user_would_log_it(tmp_path: Path, tiny: lis
     run_id = wandb_run_info(first)["run_id"]
     assert run_id == table_run_id(sweep, group)
     table_files = artifacts(wandb_log(first))[f"table-{group}"]["files"]
-    assert set(table_files) >= {"curves.png", "sweep.json", "table.csv", "table.md", "table.png", "table.tex"}
+    assert set(table_files) >= {"curves.png", "sweep.json", "table.csv", "table.md", "table.png", "table.tex",
+                                "report.html"}
 
     # job runs: the run's role as job_type, the variant in the config; tags, notes, entity
     for r in recs:

@@ -152,9 +152,10 @@ def test_the_table_run_logs_every_figure_and_the_artifact_even_unsaved(tmp_path:
 
     run_dir = log_to_wandb(table, sweep)  # as ablate-table without --save: drawn for wandb alone
     assert run_dir and not (sweep / "table.md").exists() and not (sweep / "lr.png").exists()
+    assert not (sweep / "report.html").exists()
     summary = wandb_summary(run_dir)["summary"]
     assert {"ablation_table", "ablation_plot", "learning_curves", "lr_sweep"} <= set(summary)
     assert summary["lr_sweep"]["_type"] == "image-file"
     (table_artifact,) = [a for a in artifacts(wandb_log(run_dir)).values() if a["type"] == "ablation-table"]
     assert set(table_artifact["files"]) >= {"curves.png", "lr.png", "sweep.json", "table.csv", "table.md", "table.png",
-                                            "table.tex"}
+                                            "table.tex", "report.html"}

@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ablate-table: --html cannot write into {path}: {type(err).__name__}: {err}", file=sys.stderr)
             return 2
         print(f"wrote {report}", file=sys.stderr)
+        if written is not None:
+            written["html"] = report
     if args.wandb or (args.wandb is None and table.wandb_group):
         run = log_to_wandb(table, path, written)  # None: the figures are drawn for wandb alone
         if run:

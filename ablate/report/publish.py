@@ -66,9 +66,10 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
     """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` (the table as
     shown, pivoted or not: ``csv_columns``), every figure (``table.png`` as ``ablation_plot``, a
     ladder's ``scaling.png`` as ``scaling``, ``curves.png`` as ``learning_curves``, ``lr.png`` as
-    ``lr_sweep``), and the table's files with ``sweep.json`` as a new version of the artifact
-    ``table-<group>`` (:func:`log_table_artifact`). ``outputs``: what ``save_outputs`` wrote for this
-    table; None: the files are drawn in a temporary directory, the sweep directory left as it is.
+    ``lr_sweep``), and the table's files, ``report.html`` and ``sweep.json`` as a new version of the
+    artifact ``table-<group>`` (:func:`log_table_artifact`). ``outputs``: what ``save_outputs`` wrote
+    for this table (with ``html``, the page ``write_report`` wrote); None: the files are drawn in a
+    temporary directory, the sweep directory left as it is (so is the page, when not given).
 
     Every table of a sweep logs to the same run (``table_run_id``): online it is resumed and its
     summary holds the latest table; offline each log is a new local directory, so once the new
@@ -77,8 +78,15 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
     Returns the run's local directory, or None (with a warning) when wandb could not log: the
     table files never depend on wandb.
     """
+    from ablate.report.webpage import REPORT_FILE, write_report
+    from ablate.sweep import load_sweep_records
+
     with tempfile.TemporaryDirectory() as tmp:  # artifact files are copied when added: tmp may go after
-        return _log_table_run(table, sweep_dir, dict(outputs) if outputs is not None else save_outputs(table, tmp))
+        files = dict(outputs) if outputs is not None else save_outputs(table, tmp)
+        if "html" not in files:  # the page goes into the artifact too, drawn here if it was not written
+            files["html"] = write_report(table, load_sweep_records(sweep_dir), sweep_dir, files,
+                                         into=Path(tmp) / REPORT_FILE)
+        return _log_table_run(table, sweep_dir, files)
 
 
 def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, str | Path]) -> str | None:
