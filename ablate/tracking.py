@@ -11,7 +11,7 @@ answers), or whose ``wandb.init`` fails for any other reason within ``ONLINE_INI
 falls back to offline logging with a warning: local records and tables never depend on wandb
 being reachable, and ``wandb sync`` uploads the offline run later. ``disabled`` means no run.
 
-What a run carries besides its metrics (README, "wandb"): every series against
+What a run carries besides its metrics (docs/wandb.md): every series against
 ``trainer/global_step`` with a best-value summary (:func:`define_metrics`), the code version as a
 tag (:func:`code_version`), one run id per job directory whatever became of earlier attempts
 (:func:`job_run_id`), and files as artifacts (:func:`log_files`).

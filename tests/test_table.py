@@ -506,14 +506,14 @@ def test_jobs_that_shared_the_cores_are_named_in_the_caption(tmp_path):
     assert "shared the machine" not in build_table(recs, bench=bench_json()).caption()
 
 
-def test_readme_documents_the_csv_columns():
-    """README.md's paragraph that starts with "The CSV has the columns" names every column a table
+def test_docs_document_the_csv_columns():
+    """docs/reading-tables.md's paragraph that starts with "The CSV has the columns" names every column a table
     of a sweep with one evaluated length has, in order, then the optional ones (FLOPs, early/final
     loss, a tuned sweep's lr), each in backquotes (``acc@L`` and pivoted ``V_...`` ones aside)."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reading-tables.md").read_text()
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)]
     found = [p for p in paragraphs if p.startswith("The CSV has the columns")]
-    assert len(found) == 1, ("README.md needs one paragraph starting with 'The CSV has the columns', "
+    assert len(found) == 1, ("docs/reading-tables.md needs one paragraph starting with 'The CSV has the columns', "
                              "then every column in backquotes: `variant`, `accuracy_mean`, ...")
     names = [n for n in re.findall(r"`([^`]+)`", found[0]) if re.fullmatch(r"[a-z][a-z0-9_]*", n)]
     assert names == list(CSV_COLUMNS) + [c for group in OPTIONAL_CSV_COLUMNS.values() for c in group]

@@ -21,7 +21,7 @@ The package turns them into one row per variant, by concern:
   ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);
 * ``ladder``: a sweep with a size key swept (a scale ladder) as ``LadderTable``: per rung the loss
   and the compute multiplier from ``scaling``, then the trend with scale (``build_table`` picks it);
-* ``webpage``: ``write_report``: ``report.html``, the table, figures and runs on one offline page;
+* ``webpage``: ``to_html``: ``report.html``, the table, figures and runs on one offline page;
 * ``frames``: ``load(sweep_dir)``: the records, table and learning curves as pandas DataFrames;
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
 
@@ -33,12 +33,12 @@ from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, c
                                    csv_rows, latex_escape, render, rich_table, to_csv, to_latex, to_markdown)
 from ablate.report.ladder import SIZE_KEYS, LadderRow, LadderTable, build_ladder, is_ladder
 from ablate.report.plot import curves, lr_plot, mean_curve, plot, scaling_plot
-from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic
+from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic, write_report
 from ablate.report.records import bench_speeds, load_bench, load_records, sort_records
 from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
                                  welch_test)
 from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
-from ablate.report.webpage import REPORT_FILE, write_report
+from ablate.report.webpage import REPORT_FILE
 
 __all__ = [
     "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",

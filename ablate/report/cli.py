@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 from ablate.report.formats import FORMATS, render, rich_table
-from ablate.report.publish import log_to_wandb, save_outputs, write_atomic
+from ablate.report.publish import log_to_wandb, save_outputs, write_atomic, write_report
 from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE
 from ablate.report.stats import TESTS
-from ablate.report.webpage import REPORT_FILE, write_report
+from ablate.report.webpage import REPORT_FILE
 from ablate.sweep import load_sweep_records
 from ablate.report.table import build_table
 

@@ -17,6 +17,7 @@ from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_ma
 from ablate.report.ladder import LadderTable
 from ablate.report.plot import curves, lr_plot, plot, scaling_plot
 from ablate.report.table import SweepTable
+from ablate.report.webpage import REPORT_FILE, to_html
 from ablate.results import write_text_atomic
 from ablate.sweep import SWEEP_FILE
 
@@ -50,6 +51,21 @@ def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
     return written
 
 
+def write_report(table: SweepTable, records: list[dict], sweep_dir: str | Path,
+                 figures: dict[str, Any] | None = None, into: str | Path | None = None) -> Path:
+    """Write ``report.html`` into ``sweep_dir`` (atomically) and return its path. ``figures``: the
+    paths ``save_outputs`` just wrote (its PNGs are embedded); None draws them afresh, in a
+    temporary directory, so the page never shows a figure older than its table. ``into``: write the
+    page there instead (its links still lead to ``sweep_dir``'s runs)."""
+    sweep_dir = Path(sweep_dir)
+    if figures is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return write_report(table, records, sweep_dir, save_outputs(table, tmp), into)
+    pngs = {k: Path(v) for k, v in figures.items() if Path(v).suffix == ".png" and Path(v).is_file()}
+    return write_atomic(Path(into) if into is not None else sweep_dir / REPORT_FILE,
+                        to_html(table, records, sweep_dir, pngs))
+
+
 def table_run_id(sweep_dir: str | Path, group: str) -> str:
     """The wandb run id of a sweep's table: the same for every table of the sweep (the end of the
     sweep, each ``ablate-table``), from the sweep directory's resolved path and the wandb group."""
@@ -78,7 +94,6 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
     Returns the run's local directory, or None (with a warning) when wandb could not log: the
     table files never depend on wandb.
     """
-    from ablate.report.webpage import REPORT_FILE, write_report
     from ablate.sweep import load_sweep_records
 
     with tempfile.TemporaryDirectory() as tmp:  # artifact files are copied when added: tmp may go after

@@ -246,22 +246,3 @@ header to sort by it</p>
 <script>{SCRIPT}</script>
 </body></html>
 """
-
-
-def write_report(table: SweepTable, records: list[dict], sweep_dir: str | Path,
-                 figures: dict[str, Any] | None = None, into: str | Path | None = None) -> Path:
-    """Write ``report.html`` into ``sweep_dir`` (atomically) and return its path. ``figures``: the
-    paths ``save_outputs`` just wrote (its PNGs are embedded); None draws them afresh, in a
-    temporary directory, so the page never shows a figure older than its table. ``into``: write the
-    page there instead (its links still lead to ``sweep_dir``'s runs)."""
-    import tempfile
-
-    from ablate.report.publish import save_outputs, write_atomic
-
-    sweep_dir = Path(sweep_dir)
-    if figures is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            return write_report(table, records, sweep_dir, save_outputs(table, tmp), into)
-    pngs = {k: Path(v) for k, v in figures.items() if Path(v).suffix == ".png" and Path(v).is_file()}
-    return write_atomic(Path(into) if into is not None else sweep_dir / REPORT_FILE,
-                        to_html(table, records, sweep_dir, pngs))
