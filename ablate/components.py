@@ -364,11 +364,33 @@ def shape_problem(group: str, target: Any, call: str, result: Any, expected: tup
     return [f"{group}: {qualname(target)}.{call} must return shape {tuple(expected)}; got {got}"]
 
 
+#: what a built component may report about itself, each a number: its method -> what the number is
+REPORTED_NUMBERS = {"flops": "forward FLOPs per token", "layer_flops": "forward FLOPs per token of each layer"}
+
+
+def reported_problems(group: str, target: Any, module: Any, context: Any) -> list[str]:
+    """The numbers a built component reports about itself (:data:`REPORTED_NUMBERS`, at the
+    model's longest length and a batch of 2): each must be a finite number >= 0, since the
+    records' FLOPs, budgets and MFU are sums of them. A method that raises is a problem too."""
+    out = []
+    for method, what in REPORTED_NUMBERS.items():
+        fn = getattr(module, method, None)
+        if not callable(fn) or context is None:
+            continue
+        value, problems = call_problems(group, target, lambda: fn(context.max_len, 2))
+        problem = None if problems else value_problem(value, NonNegativeFloat)
+        out += problems + ([f"{group}: {qualname(target)}.{method}(seq_len={context.max_len}, batch_size=2) "
+                            f"returned {value!r} ({what}); expected a finite number >= 0 (docs/extending.md, "
+                            "FLOPs)"] if problem else [])
+    return out
+
+
 def check_module(group: str, target: Any, settings: Mapping[str, Any], passed: Mapping[str, Any],
                  context: Any, probe: Callable[[Any], list[str]] | None = None) -> list[str]:
     """The common part of every module contract: settings, the target's own ``problems``, a build
     on the meta device (no memory, no compute) that must give an ``nn.Module``, then ``probe``
-    (forward calls and their output shapes, also on meta tensors)."""
+    (forward calls and their output shapes, also on meta tensors) and the numbers it reports
+    about itself (:func:`reported_problems`)."""
     import torch
 
     problems = merge_problems(settings_problems(group, target, settings, passed),
@@ -381,7 +403,7 @@ def check_module(group: str, target: Any, settings: Mapping[str, Any], passed: M
             return problems
         if not isinstance(module, torch.nn.Module):
             return [f"{group}: {qualname(target)} must build a torch.nn.Module, got {type(module).__name__}"]
-        if probe is None:
-            return []
-        found, problems = call_problems(group, target, lambda: probe(module))
-    return problems or list(found or [])
+        found, problems = call_problems(group, target, lambda: probe(module)) if probe else ([], [])
+        if problems or found:
+            return problems or list(found)
+        return reported_problems(group, target, module, context)

@@ -25,6 +25,8 @@ same seed sees the same batches.
 
 from __future__ import annotations
 
+import numbers
+
 import inspect
 import zlib
 from typing import Any, ClassVar, Iterator, Sequence
@@ -356,4 +358,28 @@ def build_task(node: Any) -> Task:
     problems = check(target, settings)
     if problems:
         raise ValueError("invalid task config:\n  " + "\n  ".join(problems))
-    return target(**settings)
+    task = target(**settings)
+    problems = size_problems(task)
+    if problems:
+        raise TaskContractError("the task contract (docs/extending.md, Tasks) is broken:\n  " + "\n  ".join(problems))
+    return task
+
+
+def size_problems(task: Task) -> list[str]:
+    """What is wrong with the sizes a built task reports for the model: ``vocab_size`` and
+    ``n_classes`` positive integers, ``pad_id`` None or a token id in ``[0, vocab_size)``."""
+    from ablate.components import qualname
+
+    def integer(x: Any) -> bool:  # NumPy's integers too
+        return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+    name, out = f"task {qualname(type(task))}", []
+    sizes = {key: getattr(task, key, None) for key in ("vocab_size", "n_classes")}
+    for key, value in sizes.items():
+        if not (integer(value) and value > 0):
+            out.append(f"{name}: {key} must be a positive integer, got {value!r}")
+    pad = getattr(task, "pad_id", None)
+    vocab = sizes["vocab_size"]
+    if pad is not None and not (integer(pad) and 0 <= pad and (not integer(vocab) or pad < vocab)):
+        out.append(f"{name}: pad_id must be None or a token id in [0, vocab_size={vocab!r}), got {pad!r}")
+    return out

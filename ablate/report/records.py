@@ -32,13 +32,19 @@ def load_bench(sweep_dir: str | Path) -> dict | None:
 
 def bench_speeds(bench: dict, swept: set[str]) -> dict[str, float]:
     """``{variant_key: median tokens/s}`` from ``bench.json``; its keys may also carry the sweep's
-    common overrides (``ablate-bench experiment=x model.d_model=64``): only the swept keys count."""
+    common overrides (``ablate-bench experiment=x model.d_model=64``): only the swept keys count.
+    An entry whose speed is not a finite number > 0 is named in a warning and left out (its row
+    then has no speed, rather than a wrong one)."""
     out = {}
-    for key, entry in (bench.get("variants") or {}).items():
+    variants = bench.get("variants")
+    for key, entry in (variants if isinstance(variants, dict) else {}).items():
         tps = entry.get("tokens_per_s") if isinstance(entry, dict) else entry
         if isinstance(tps, dict):
             tps = tps.get("median")
-        if finite([tps]):
+        if finite([tps]) and tps > 0:
             ov = split_override_string(key)
             out[variant_key({k: v for k, v in ov.items() if k in swept})] = float(tps)
+        else:
+            warnings.warn(f"{BENCH_FILE}: ignoring variants[{key!r}]: tokens_per_s={tps!r} "
+                          "(expected a finite number > 0)", stacklevel=2)
     return out
