@@ -9,11 +9,18 @@ whatever else ran then. Here every variant is built once, then their training st
     ablate-bench experiment=qkv_sharing                  # variants and baseline from the experiment
     ablate-bench experiment=pos_enc --rounds 30 --out bench.json
     ablate-table SWEEP_DIR --bench                       # the same for a finished sweep's variants
+
+Each ratio to the baseline is also taken round by round (the variants' steps of one round ran
+within a second of each other): their quartiles and min-max are shown, and one line warns when
+the rounds disagree, i.e. when the middle half of a variant's per-round ratios spans more than
+:data:`DISAGREE` of its median ratio (the machine's load changed within rounds, so the median
+ratio cannot be trusted to that precision).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +33,42 @@ from ablate.resolvers import register_resolvers
 from ablate.results import write_json_atomic
 from ablate.sweep import group_by_variant, load_sweep_records, override_key
 from ablate.timing import interleaved
+
+
+#: the per-round ratios' interquartile range, relative to their median, above which the rounds
+#: disagree. On this 2-core machine, quiet, two near-identical tiny variants gave 3% (printed by
+#: tests/test_bench_spread.py); a speed-up smaller than the IQR is not shown by the rounds, and 10%
+#: is about the smallest difference a table's speed column is read for.
+DISAGREE = 0.10
+
+
+def round_spread(result: dict[str, Any], baseline: str | None = None) -> dict[str, dict[str, float]]:
+    """Per variant: the quartiles and min-max of its tokens/s over the baseline's, round by round
+    (``interleaved``'s ``round_tokens_per_s``; the baseline: ``baseline`` or the first variant)."""
+    variants = result["variants"]
+    base = variants.get(baseline or "", next(iter(variants.values())))
+    out = {}
+    for key, entry in variants.items():
+        ratios = [v / b for v, b in zip(entry.get("round_tokens_per_s") or [], base.get("round_tokens_per_s") or [])]
+        if not ratios:
+            continue
+        q25, median, q75 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+        out[key] = {"min": min(ratios), "q25": q25, "median": median, "q75": q75, "max": max(ratios),
+                    "rounds": len(ratios)}
+    return out
+
+
+def spread_lines(result: dict[str, Any], baseline: str | None = None) -> list[str]:
+    """The per-round ratios in words, one line per variant, and a warning line when the rounds disagree."""
+    spread = round_spread(result, baseline)
+    lines = [f"{key:40s} ratio per round: median {s['median']:.3f}x, IQR {s['q25']:.3f}-{s['q75']:.3f}, "
+             f"min-max {s['min']:.3f}-{s['max']:.3f} ({s['rounds']} rounds)" for key, s in spread.items()]
+    loose = [key for key, s in spread.items() if (s["q75"] - s["q25"]) > DISAGREE * s["median"]]
+    if loose:
+        lines.append(f"warning: the rounds disagree by more than {DISAGREE:.0%} (IQR of the per-round ratios) for "
+                     f"{', '.join(loose)}: the machine's load changed while timing; rerun with more --rounds "
+                     "on a quieter machine before reading speed-ups smaller than that")
+    return lines
 
 
 def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str | None]:
@@ -60,6 +103,9 @@ def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
                      if (r.get("experiment") or {}).get("baseline")), None)
     result = interleaved(configs, rounds=rounds)
     result["baseline"] = baseline
+    result["round_spread"] = round_spread(result, baseline)
+    for line in spread_lines(result, baseline):  # ablate-table prints the table to stdout
+        print(f"[ablate-bench] {line}", file=sys.stderr)
     return result
 
 
@@ -88,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     for key, v in result["variants"].items():
         s = v["tokens_per_s"]
         print(f"{key:40s} {s['min']:10.0f} {s['median']:10.0f} {s['max']:10.0f}  {s['median'] / base['median']:.3f}x")
+    result["round_spread"] = round_spread(result, baseline)
+    print("\n".join(spread_lines(result, baseline)))
     if args.out:
         write_json_atomic(args.out, result)
         print(f"[ablate-bench] wrote {args.out}")

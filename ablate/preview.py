@@ -1,32 +1,69 @@
-"""``ablate --plan``: what a sweep would run, without running it.
+"""``ablate --plan``: what a sweep would run, without running it; and the one line a sweep starts with.
 
 Every job's overrides, whether its directory already holds a finished record (a relaunch skips
-it) or an unfinished one (rerun), its steps, and an estimate of the time left on *this* machine:
-each variant still to run is timed for a few training steps here (interleaved, as
-``ablate-bench`` does; nothing is saved), and each job adds a start-up allowance for data,
-memory accounting, evaluation and logging. Nothing is trained and nothing is written.
+it) or an unfinished one (rerun), its steps, and an estimate of the time left on *this* machine,
+with a range. Seconds per step come, best first, from:
+
+1. earlier runs of the same settings here: the sweep directory's finished records, and the
+   per-user cache of step times (``ablate.timing.remember``; keyed by what sets a step's time,
+   threads and host included). A record also gives a job's seconds besides its steps (set-up,
+   memory pass, evaluation, logging); the range is the spread of those runs' median step times;
+2. steps timed earlier by ``--plan`` (the cache);
+3. timing here: each variant is built and stepped (interleaved, as ``ablate-bench`` does) at the
+   torch threads its jobs will have, :data:`WARMUP_STEPS` steps untimed, then up to
+   :data:`TIMING_STEPS` steps, stopping after :data:`TIMING_CAP_S` seconds once it has
+   :data:`MIN_TIMED_STEPS`: seconds per variant however loaded the machine. The median is the
+   estimate, the quartiles of the timed steps its range, and each job adds
+   :data:`JOB_OVERHEAD_S` (plus :data:`EVAL_LENGTH_S` per longer evaluation length).
+
+Every job adds :data:`JOB_GAP_S` (between jobs, outside a record's clock); jobs that run at once
+(a parallel launcher) divide the total; ``--plan`` adds its own start-up and planning, which the
+sweep repeats. Records and timings go into the cache, so the next ``--plan`` and the sweep's first
+line (:func:`start_line`) reuse them; nothing is trained and nothing is written in the sweep directory.
 
 :func:`preview` returns the plan as data (:class:`Preview`); :func:`render` prints it.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
 from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
 from ablate.planner import LR_KEY, Planner, directory_conflict, variant_configs
-from ablate.results import read_record
+from ablate.results import read_record, record_problems
 from ablate.sweep import SweepPlan, job_signature
 
-#: seconds a job spends outside its timed steps here (data, the memory pass, evaluation, slower
-#: than median steps, validation, wandb): `make main`'s 9 jobs on this 2-core machine gave a median
-#: wall_time_s - steps x median step time of 1.8 s, plus about 1.5 s a job outside that clock
-JOB_OVERHEAD_S = 3.5
-TIMING_STEPS = 5
-WARMUP_ROUNDS = 2  # untimed rounds first: the first steps of a fresh model are slow
+# Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`
+# on this 2-core machine: a record's wall_time_s - steps x median step time was 3.1-3.2 s (5.3 s for
+# alibi, whose evaluation at 128 and 256 tokens is the slowest), and 0.8-3.0 s passed between one
+# job's end and the next one's start. `make main` (no longer lengths) gave 1.8 s + about 1.5 s.
+JOB_OVERHEAD_S = 3.5  # a job's seconds besides its steps when no record says (set-up, memory, evaluation, wandb)
+EVAL_LENGTH_S = 1.0   # ... plus this for each evaluation length beyond the training length
+JOB_GAP_S = 1.5       # between jobs, outside a record's wall_time_s (Hydra's job set-up, wandb's finish)
+WARMUP_STEPS = 3      # untimed steps first: the first steps of a fresh model are slow
+MIN_TIMED_STEPS = 5
+TIMING_STEPS = 40     # at most
+TIMING_CAP_S = 2.0    # seconds of timed steps per variant, after MIN_TIMED_STEPS
+
+
+@dataclass
+class StepEstimate:
+    """Seconds per step of one variant here, with a range, and a job's seconds besides its steps."""
+
+    step_s: float
+    low_s: float
+    high_s: float
+    other_s: float
+    source: str  # "runs" (earlier records here), "timed" (timed here now), "timed earlier" (the cache)
+    count: int   # runs, steps timed, or earlier timings
+
+    def job_seconds(self, steps: int, per_step: float | None = None) -> float:
+        return steps * (self.step_s if per_step is None else per_step) + self.other_s + JOB_GAP_S
 
 
 @dataclass
@@ -39,7 +76,7 @@ class PlannedJob:
     status: str          # "done" (an ok record: skipped), "rerun" (failed/diverged/interrupted), "to run",
                          # "after tuning" (a tuned sweep's final run, at the lr its tuning runs choose)
     variant: str
-    step_time_s: float | None = None
+    estimate: StepEstimate | None = None
     flops: float | None = None  # training FLOPs of the job: steps x tokens per step x FLOPs per token
 
     @property
@@ -47,9 +84,20 @@ class PlannedJob:
         return self.status != "done"
 
     @property
+    def step_time_s(self) -> float | None:
+        return self.estimate.step_s if self.runs and self.estimate else None
+
+    @property
     def seconds(self) -> float | None:
-        """Estimated seconds here: its steps at the variant's timed step, plus the start-up allowance."""
-        return self.steps * self.step_time_s + JOB_OVERHEAD_S if self.runs and self.step_time_s else None
+        """Estimated seconds here: its steps at the variant's step time, plus its other seconds."""
+        return self.estimate.job_seconds(self.steps) if self.runs and self.estimate else None
+
+    @property
+    def seconds_range(self) -> tuple[float, float] | None:
+        if not (self.runs and self.estimate):
+            return None
+        return self.estimate.job_seconds(self.steps, self.estimate.low_s), \
+            self.estimate.job_seconds(self.steps, self.estimate.high_s)
 
 
 @dataclass
@@ -59,7 +107,14 @@ class Preview:
     sweep_dir: Path
     jobs: list[PlannedJob]
     note: str | None = None
-    step_times: dict[str, float] = field(default_factory=dict)  # variant -> seconds per step, timed here
+    estimates: dict[str, StepEstimate] = field(default_factory=dict)  # variant -> its step time here
+    parallel: int = 1          # jobs the launcher runs at once
+    setup_s: float = 0.0       # start-up and planning, which the sweep repeats (--plan's own)
+
+    @property
+    def step_times(self) -> dict[str, float]:
+        """Variant -> seconds per step here."""
+        return {key: e.step_s for key, e in self.estimates.items()}
 
     @property
     def to_run(self) -> list[PlannedJob]:
@@ -70,9 +125,21 @@ class Preview:
         return sum(j.steps for j in self.to_run)
 
     @property
+    def estimated(self) -> bool:
+        """Whether every job still to run has a step time."""
+        return all(j.estimate for j in self.to_run)
+
+    def _total(self, index: int) -> float:
+        return self.setup_s + sum(j.seconds_range[index] for j in self.to_run if j.seconds_range) / self.parallel
+
+    @property
     def seconds(self) -> float:
-        """Estimated seconds on this machine, one job after another."""
-        return sum(j.seconds if j.seconds is not None else JOB_OVERHEAD_S for j in self.to_run)
+        """Estimated seconds on this machine: the jobs still to run (``parallel`` at once), plus set-up."""
+        return self.setup_s + sum(j.seconds for j in self.to_run if j.seconds is not None) / self.parallel
+
+    @property
+    def seconds_range(self) -> tuple[float, float]:
+        return self._total(0), self._total(1)
 
 
 def job_status(sweep_dir: Path, overrides: list[str]) -> str:
@@ -80,14 +147,43 @@ def job_status(sweep_dir: Path, overrides: list[str]) -> str:
     record = read_record(sweep_dir / job_dir_name(overrides))
     if record is None or job_signature(record.get("overrides")) != job_signature(overrides):
         return "to run"
-    return "done" if record.get("status") == "ok" else "rerun"
+    return "done" if record.get("status") == "ok" and not record_problems(record) else "rerun"
 
 
-def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps: bool = True) -> Preview:
+def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps: bool = True,
+            setup_s: float = 0.0) -> Preview:
     """The plan of a validated sweep as data. A tuned sweep's final jobs, whose learning rate the
     tuning runs choose, are listed "after tuning"; those whose seed is a tuning seed reuse a tuning
-    run and are not counted. ``time_steps``: time each variant still to run here (a few steps)."""
+    run and are not counted. ``time_steps``: time here each variant still to run that no earlier
+    run or timing covers (else those have no estimate). ``setup_s``: start-up and planning to add."""
     sweep_dir = Path(sweep_dir)
+    result = _planned(planner, plan, sweep_dir)
+    result.setup_s = setup_s
+    _estimate(planner, plan, result, time_steps)
+    for job in result.jobs:
+        cost = planner.cost([o for o in job.overrides if o != f"{LR_KEY}=<chosen>"])
+        job.flops = job.steps * cost["tokens_per_step"] * cost["flops_per_token"]
+    return result
+
+
+def start_line(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> str:
+    """The line a sweep starts with: its jobs, those done, and the time left here when earlier runs
+    or timings of every variant still to run say (nothing is timed: a sweep starts at once)."""
+    shown = _planned(planner, plan, Path(sweep_dir))
+    _estimate(planner, plan, shown, time_steps=False)
+    done = len(shown.jobs) - len(shown.to_run)
+    line = f"[ablate] {len(shown.jobs)} jobs ({done} already done)"
+    if not shown.to_run:
+        return line + ", nothing left to run"
+    if shown.estimated:
+        low, high = shown.seconds_range
+        spread = f"{_duration(low)} to {_duration(high)}, " if high - low >= 1 else ""
+        return line + f", about {_duration(shown.seconds)} here ({spread}{_sources(shown)})"
+    return line + f"; for an estimate: ablate --plan {' '.join(planner.arguments)}".rstrip()
+
+
+def _planned(planner: Planner, plan: SweepPlan, sweep_dir: Path) -> Preview:
+    """The jobs of ``plan`` and their state in ``sweep_dir``, without estimates."""
     jobs = [PlannedJob(num, job, int(planner.compose(job).trainer.max_steps), job_status(sweep_dir, job),
                        plan.variant(job) or "defaults") for num, job in enumerate(plan.jobs)]
     if plan.tune is not None:
@@ -97,32 +193,132 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
                 jobs.append(PlannedJob(len(jobs), job + [f"{LR_KEY}=<chosen>"],
                                        int(planner.compose(job).trainer.max_steps), "after tuning",
                                        plan.variant(job) or "defaults"))
-    result = Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan))
-    if time_steps:
-        todo = {j.variant for j in jobs if j.runs}
-        configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, plan.jobs).items()}
-        result.step_times = time_variants({k: v for k, v in configs.items() if k in todo})
-    for job in jobs:
-        job.step_time_s = result.step_times.get(job.variant) if job.runs else None
-        cost = planner.cost([o for o in job.overrides if o != f"{LR_KEY}=<chosen>"])
-        job.flops = job.steps * cost["tokens_per_step"] * cost["flops_per_token"]
-    return result
+    return Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan))
 
 
-def time_variants(configs: dict[str, DictConfig]) -> dict[str, float]:
-    """Seconds per training step of each variant, timed here for a few steps."""
+def _job_share(config: DictConfig, n_jobs: int) -> tuple[int, int]:
+    """``(torch threads, jobs at once)`` of this sweep's jobs, as each job will work them out."""
+    import torch
+
+    from ablate.job import Job
+
+    launcher = config.hydra.launcher if "hydra" in config else {}
+    _, parallel, threads, _ = Job._cpu_share(launcher, n_jobs)  # the job's own rule (ablate.job)
+    return threads or torch.get_num_threads(), parallel or 1
+
+
+def _estimate(planner: Planner, plan: SweepPlan, shown: Preview, time_steps: bool) -> None:
+    """Fill in ``shown``'s estimates: earlier runs, earlier timings, then (``time_steps``) timing here."""
+    from ablate.timing import device_name, recall, remember, step_time_key
+
+    todo = {j.variant for j in shown.jobs if j.runs}
+    configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, plan.jobs).items()
+               if (key or "defaults") in todo}
+    threads, shown.parallel = _job_share(planner.config, len(plan.jobs))
+    keys = {variant: step_time_key(cfg, threads, shown.parallel, device_name(cfg)) for variant, cfg in configs.items()}
+    found = _record_samples(shown.sweep_dir, plan)
+    remember(found)
+    untimed = {}
+    for variant, key in keys.items():
+        cached = recall(key)  # the sweep directory's records are there already, unless the cache cannot be written
+        samples = cached + [s for s in found.get(key, []) if s["id"] not in {c.get("id") for c in cached}]
+        runs = [s for s in samples if s.get("source") == "runs"]
+        timings = [s for s in samples if s.get("source") == "timed"]
+        if runs:
+            steps = [s["step_s"] for s in runs]
+            other = [s["other_s"] for s in runs if s.get("other_s") is not None]
+            shown.estimates[variant] = StepEstimate(statistics.median(steps), min(steps), max(steps),
+                                                    statistics.median(other) if other else _allowance(configs[variant]),
+                                                    "runs", len(runs))
+        elif timings:
+            shown.estimates[variant] = StepEstimate(
+                statistics.median(s["step_s"] for s in timings), min(s.get("low_s") or s["step_s"] for s in timings),
+                max(s.get("high_s") or s["step_s"] for s in timings), _allowance(configs[variant]),
+                "timed earlier", len(timings))
+        else:
+            untimed[variant] = configs[variant]
+    if time_steps and untimed:
+        timed = time_variants(untimed, threads)
+        shown.estimates.update(timed)
+        remember({keys[v]: [{"step_s": e.step_s, "low_s": e.low_s, "high_s": e.high_s, "other_s": None,
+                             "source": "timed"}] for v, e in timed.items()})
+    for job in shown.jobs:
+        job.estimate = shown.estimates.get(job.variant) if job.runs else None
+
+
+def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str, Any]]]:
+    """Step times of the sweep directory's finished jobs, keyed as the cache keys them."""
+    return record_samples(r for r in (read_record(sweep_dir / job_dir_name(job)) for job in plan.jobs) if r)
+
+
+def record_samples(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Step times of finished jobs' records, keyed as the cache keys them (``timing.remember`` takes
+    them: a sweep's end feeds the next estimate)."""
+    from ablate.timing import step_time_key
+
+    found: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        metrics = (record or {}).get("metrics") or {}
+        median = (metrics.get("step_time_s") or {}).get("median")
+        if not (record and record.get("status") == "ok" and median and record.get("config")
+                and metrics.get("steps") and metrics.get("wall_time_s")) or metrics.get("resumed_from_step"):
+            continue  # a resumed job's clock holds only its last attempt
+        host = ((record.get("job") or {}).get("slurm") or {}).get("node")  # None: this machine
+        key = step_time_key(record["config"], metrics.get("torch_threads"), metrics.get("concurrent_jobs") or 1,
+                            metrics.get("device") or "cpu", host)
+        other = max(0.0, metrics["wall_time_s"] - metrics["steps"] * median)
+        found.setdefault(key, []).append({"step_s": median, "low_s": median, "high_s": median, "other_s": other,
+                                          "source": "runs",
+                                          "id": f"{(record.get('job') or {}).get('dir')}@{(record.get('job') or {}).get('started_at')}"})
+    return found
+
+
+def _allowance(cfg: DictConfig) -> float:
+    """A job's seconds besides its steps when no record of it says: :data:`JOB_OVERHEAD_S`, plus
+    :data:`EVAL_LENGTH_S` for each evaluation length beyond the training length."""
+    return JOB_OVERHEAD_S + EVAL_LENGTH_S * len(cfg.task.get("eval_lengths") or [])
+
+
+def time_variants(configs: dict[str, DictConfig], threads: int | None = None) -> dict[str, StepEstimate]:
+    """Seconds per training step of each variant, timed here (at ``threads`` torch threads): a few
+    warm-up steps, then up to :data:`TIMING_STEPS` steps, at most :data:`TIMING_CAP_S` seconds of them
+    per variant once it has :data:`MIN_TIMED_STEPS`."""
+    import torch
+
     from ablate.timing import interleaved
-    from ablate.train import accumulated_batches
 
     if not configs:
         return {}
-    result = interleaved(configs, rounds=1, steps_per_round=TIMING_STEPS, warmup_rounds=WARMUP_ROUNDS)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        result = interleaved(configs, rounds=TIMING_STEPS, steps_per_round=1, warmup_rounds=WARMUP_STEPS,
+                             max_seconds=TIMING_CAP_S, min_rounds=MIN_TIMED_STEPS)
+    finally:
+        torch.set_num_threads(before)
     out = {}
     for key, entry in result["variants"].items():
-        cfg = configs[key]
-        tokens_per_step = int(cfg.task.batch_size) * int(cfg.task.seq_len) * accumulated_batches(cfg)
-        out[key] = tokens_per_step / entry["tokens_per_s"]["median"]
+        times = entry["step_time_s"]
+        out[key] = StepEstimate(times["median"], times["q25"], times["q75"], _allowance(configs[key]), "timed",
+                                entry["timed_steps"])
     return out
+
+
+def _sources(plan: Preview) -> str:
+    """Where the step times came from, in words."""
+    used = [e for key, e in plan.estimates.items() if any(j.variant == key for j in plan.to_run)]
+    parts = []
+    runs = sum(e.count for e in used if e.source == "runs")
+    if runs:
+        parts.append(f"from {runs} earlier run(s) here")
+    earlier = sum(e.count for e in used if e.source == "timed earlier")
+    if earlier:
+        parts.append(f"from {earlier} earlier timing(s) here")
+    timed = [e for e in used if e.source == "timed"]
+    if timed:
+        parts.append(f"{sum(e.count for e in timed)} steps timed now, the quartiles of their times")
+    return "; ".join(parts)
 
 
 def _duration(seconds: float) -> str:
@@ -132,7 +328,7 @@ def _duration(seconds: float) -> str:
 
 
 def render(plan: Preview) -> str:
-    lines = [f"ablate --plan: {len(plan.jobs)} job(s) in {plan.sweep_dir} (nothing is trained, nothing is written)"]
+    lines = [f"ablate --plan: {len(plan.jobs)} job(s) in {plan.sweep_dir} (nothing is trained, nothing is written there)"]
     if plan.note:
         lines.append(f"  note: {plan.note}")
     width = max((len(" ".join(j.overrides)) for j in plan.jobs), default=10)
@@ -147,8 +343,16 @@ def render(plan: Preview) -> str:
     todo = plan.to_run
     lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
                  f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")
-    if todo:
-        lines.append(f"estimated time on this machine, one job after another: about {_duration(plan.seconds)} "
-                     f"({TIMING_STEPS} timed steps per variant here, plus ~{JOB_OVERHEAD_S:g} s a job for "
-                     "data, memory accounting, evaluation and logging)")
+    if todo and plan.estimates:
+        low, high = plan.seconds_range
+        at_once = "one job after another" if plan.parallel == 1 else f"{plan.parallel} jobs at once"
+        spread = f"{_duration(low)} to {_duration(high)}" if high - low >= 1 else "no spread to show"
+        lines.append(f"estimated time on this machine, {at_once}: about {_duration(plan.seconds)} "
+                     f"({spread}; step times {_sources(plan)})")
+        setup = f"{_duration(plan.setup_s)} of start-up and planning, " if plan.setup_s else ""
+        lines.append(f"  includes {setup}each job's set-up, evaluation and logging (from its records where "
+                     f"there are, else ~{JOB_OVERHEAD_S:g} s + {EVAL_LENGTH_S:g} s per longer evaluation "
+                     f"length) and ~{JOB_GAP_S:g} s between jobs")
+    if plan.parallel > 1 and todo:
+        lines.append("  (steps were timed one variant at a time: jobs sharing the cores may step slower)")
     return "\n".join(lines)

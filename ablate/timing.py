@@ -3,14 +3,31 @@
 Runs of a sweep land on a shared machine at different times, so their tokens/s carry the noise of
 whatever else ran then. Here a slow spell hits all variants alike and the ratios hold. Used by
 ``ablate-bench`` (``ablate.bench``), ``ablate-table --bench`` and ``ablate --plan``'s estimate.
+
+Also the per-user cache of step times measured on this machine (:func:`remember`, :func:`recall`):
+``$ABLATE_CACHE_DIR/step_times.json`` (default ``$XDG_CACHE_HOME/ablate``, else ``~/.cache/ablate``),
+keyed by :func:`step_time_key`, i.e. by what sets a step's time: the model and its components, the
+task's shape (batch, lengths), the optimizer and trainer settings except the learning rate and the
+step count, the evaluation and measurement settings, torch threads, jobs sharing the machine, the
+device and the host. ``ablate --plan`` and the start of a sweep read it (``ablate.preview``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import socket
+import statistics
+import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+SAMPLES_PER_KEY = 8   # newest measurements kept per key
+MAX_KEYS = 500        # settings kept (the least recently measured go first)
 
 
 class _Variant:
@@ -28,6 +45,7 @@ class _Variant:
         self._loader = data.train_dataloader
         self.batches: Iterator[Any] = iter(self._loader())
         self.times: list[float] = []
+        self.round_times: list[list[float]] = []  # the timed steps of each round
         self.tokens_per_step = 0
 
     def _next_batch(self) -> Any:
@@ -47,6 +65,7 @@ class _Variant:
         seconds = time_call(lambda: train_step(self.model, self.optimizer, batch, self.clip), self.device)
         if timed:
             self.times.append(seconds)
+            self.round_times[-1].append(seconds)
             self.tokens_per_step = batch[0].numel()
 
 
@@ -62,23 +81,105 @@ def bench_device(cfg: DictConfig) -> torch.device:
 
 
 def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_round: int = 5,
-                warmup_rounds: int = 2, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Time ``configs`` (variant key -> config) round-robin; per-variant min/median/max tokens/s."""
+                warmup_rounds: int = 2, progress: Callable[[str], None] | None = None,
+                max_seconds: float | None = None, min_rounds: int = 1) -> dict[str, Any]:
+    """Time ``configs`` (variant key -> config) round-robin; per-variant min/median/max tokens/s and
+    each round's tokens/s (``round_tokens_per_s``: what ``ablate-bench`` compares round by round).
+    ``max_seconds``: a variant stops being timed once its timed steps took that long and it has
+    ``min_rounds`` timed rounds (``ablate --plan``: seconds per variant however loaded the machine)."""
     variants = {key: _Variant(cfg) for key, cfg in configs.items()}
     for r in range(warmup_rounds + rounds):
+        timed = r >= warmup_rounds
         for variant in variants.values():
+            if timed and max_seconds is not None and len(variant.round_times) >= min_rounds \
+                    and sum(variant.times) >= max_seconds:
+                continue
+            if timed:
+                variant.round_times.append([])
             for _ in range(steps_per_round):
-                variant.step(timed=r >= warmup_rounds)
+                variant.step(timed=timed)
         if progress:
             progress(f"round {r + 1}/{warmup_rounds + rounds}")
     return {"rounds": rounds, "steps_per_round": steps_per_round,
-            "variants": {key: _tokens_per_s(v.times, v.tokens_per_step) for key, v in variants.items()}}
+            "variants": {key: _tokens_per_s(v) for key, v in variants.items()}}
 
 
-def _tokens_per_s(times: list[float], tokens_per_step: int) -> dict[str, Any]:
-    """bench.json's per-variant entry: tokens/s min/median/max over the timed steps."""
+def _tokens_per_s(variant: _Variant) -> dict[str, Any]:
+    """bench.json's per-variant entry: tokens/s min/median/max over the timed steps, each round's
+    tokens/s, and the step times' quartiles (``ablate --plan``'s range)."""
     from ablate.measure import summarize_times
 
+    times, tokens_per_step = variant.times, variant.tokens_per_step
     s = summarize_times(times, tokens_per_step)
+    q25, _, q75 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (times[0],) * 3
     return {"tokens_per_s": {"min": tokens_per_step / s["step_time_s"]["max"], "median": s["tokens_per_s"],
-                             "max": tokens_per_step / s["step_time_s"]["min"]}, "timed_steps": s["timed_steps"]}
+                             "max": tokens_per_step / s["step_time_s"]["min"]}, "timed_steps": s["timed_steps"],
+            "step_time_s": {"q25": q25, "median": s["step_time_s"]["median"], "q75": q75},
+            "round_tokens_per_s": [tokens_per_step * len(r) / sum(r) for r in variant.round_times if r]}
+
+
+# ------------------------------------------------------------------ step times measured earlier here
+
+def cache_path() -> Path:
+    """The per-user cache of step times measured on this machine."""
+    root = os.environ.get("ABLATE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
+    return Path(root) / "step_times.json"
+
+
+def step_time_key(config: dict[str, Any] | DictConfig, threads: int | None, parallel: int | None,
+                  device: str, host: str | None = None) -> str:
+    """What sets a training step's time, hashed: the settings named in this module's docstring."""
+    from ablate.model import MODEL_GROUPS
+
+    if isinstance(config, DictConfig):
+        config = OmegaConf.to_container(config, resolve=True)
+    dropped = {"optim": {"lr"}, "trainer": {"max_steps", "log_every_n_steps", "enable_progress_bar"}}
+    shape = {name: (config.get(name) if not isinstance(config.get(name), dict) else
+                    {k: v for k, v in config[name].items() if k not in dropped.get(name, ())})
+             for name in (*MODEL_GROUPS, "model", "task", "optim", "trainer", "eval", "measure")}
+    shape.update(threads=threads, parallel=parallel, device=device, host=host or socket.gethostname())
+    return hashlib.sha1(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def device_name(config: DictConfig) -> str:
+    """The device a job of ``config`` trains on, by name (``cpu``; a CUDA device's model)."""
+    device = bench_device(config)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _read_cache() -> dict[str, Any]:
+    try:
+        cache = json.loads(cache_path().read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: start afresh
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def recall(key: str) -> list[dict[str, Any]]:
+    """The measurements cached under ``key``, oldest first: each ``{"step_s", "low_s", "high_s",
+    "other_s", "source", "id", "at"}`` (``other_s``: a job's seconds besides its steps, from a
+    finished job's record; None from a timing)."""
+    samples = (_read_cache().get(key) or {}).get("samples")
+    return [s for s in samples if isinstance(s, dict) and s.get("step_s")] if isinstance(samples, list) else []
+
+
+def remember(samples: dict[str, list[dict[str, Any]]]) -> None:
+    """Add measurements (key -> samples) to the cache; a sample whose ``id`` is there already is
+    skipped. A cache that cannot be written is left as it is (it only saves time)."""
+    from ablate.results import write_json_atomic
+
+    if not samples:
+        return
+    cache = _read_cache()
+    for key, new in samples.items():
+        entry = cache.get(key) if isinstance(cache.get(key), dict) else {"samples": []}
+        known = {s.get("id") for s in entry["samples"] if s.get("id")}
+        entry["samples"] = (entry["samples"] + [dict(s, at=time.time()) for s in new
+                                                if not s.get("id") or s["id"] not in known])[-SAMPLES_PER_KEY:]
+        entry["at"] = time.time()
+        cache[key] = entry
+    newest = sorted(cache, key=lambda k: cache[k].get("at", 0) if isinstance(cache[k], dict) else 0)[-MAX_KEYS:]
+    try:
+        write_json_atomic(cache_path(), {k: cache[k] for k in newest})
+    except OSError:
+        pass

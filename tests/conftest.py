@@ -6,12 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
+# Step times measured by tests (ablate --plan, sweeps) go to a cache of their own, not the user's
+# (ablate.timing.cache_path); the processes the tests start inherit it.
+os.environ.setdefault("ABLATE_CACHE_DIR", tempfile.mkdtemp(prefix="ablate-test-cache-"))
 
 
 # One intra-op thread for every process a test starts, and for the test process itself under
