@@ -17,6 +17,8 @@ A callback's exception is only a warning to Hydra, so a refusal here exits 2 its
 from __future__ import annotations
 
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ def _trained_elsewhere(sweep_dir: Path) -> list[str]:
 
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._started = time.monotonic()  # the sweep's wall time, said at its end
         kind = sweeper_kind(str(config.hydra.sweeper.get("_target_", "")))
         if kind == "ablate":
             return  # ablate's sweeper plans, validates and records the sweep itself
@@ -92,11 +95,22 @@ class SweepCallbacks(Callback):
         if elsewhere:
             print(f"[ablate] {len(elsewhere)} job(s) of this sweep are being trained by another process, not here: "
                   f"{', '.join(elsewhere)}; their records appear when they end (ablate-table {sweep_dir})")
-        records = load_sweep_records(sweep_dir)
-        if not records:
+        with warnings.catch_warnings(record=True) as notes:  # one plain line each, not Python's warning format
+            warnings.simplefilter("default")
+            records = load_sweep_records(sweep_dir)
+            table = build_table(records) if records else None
+            if table is not None:
+                print(render(table, "terminal", path=str(sweep_dir)))
+        for note in dict.fromkeys(str(n.message) for n in notes):
+            print(f"[ablate] note: {note}")
+        if records:  # this machine's step times, for the next sweep's estimate (ablate --plan, its first line)
+            from ablate.preview import record_samples
+            from ablate.timing import remember
+
+            remember(record_samples(records))
+        if table is None:
+            self._say_wall_time(records)
             return
-        table = build_table(records)
-        print(render(table, "terminal"))
         try:
             paths = save_outputs(table, sweep_dir)
             report = write_report(table, records, sweep_dir, paths)  # report.html, its figures those just saved
@@ -107,7 +121,20 @@ class SweepCallbacks(Callback):
         if config.logger.name == "wandb":
             log_to_wandb(table, sweep_dir, {**paths, "html": report})
         failed = [r for r in records if r.get("status") == "failed"]
+        self._say_wall_time(records)
         if failed:
             print(f"ablate: {len(failed)} job(s) failed: "
                   + "; ".join(f"{r['job']['dir']}: {r['error']}" for r in failed), file=sys.stderr)
             sys.exit(1)
+
+    def _say_wall_time(self, records: list[dict[str, Any]]) -> None:
+        from collections import Counter
+
+        from ablate.run import duration_text
+
+        started = getattr(self, "_started", None)
+        if started is None:
+            return
+        counts = Counter(str(r.get("status")) for r in records)
+        print(f"[ablate] the sweep took {duration_text(time.monotonic() - started)}"
+              + (f" ({', '.join(f'{n} {status}' for status, n in counts.items())})" if counts else ""))

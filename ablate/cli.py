@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -115,6 +116,11 @@ def main() -> None:
         print("ablate: interrupted (Ctrl-C); relaunch the same command to resume", file=sys.stderr)
         sys.exit(130)
     except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else None
+        if _started and code and code - 128 in set(signal.Signals) and not {"-m", "--multirun"} & set(argv):
+            # a single run stopped by a signal (a sweep says so itself): its record says interrupted
+            print(f"ablate: stopped by {signal.Signals(code - 128).name}; relaunch the same command to resume",
+                  file=sys.stderr)
         if stop.code == 1 and not _started:  # Hydra could not compose the config: say which key
             problem = _unknown_key(argv)
             if problem:

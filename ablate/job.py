@@ -17,6 +17,7 @@ import functools
 import os
 import signal
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import CONFIG_GROUPS
 from ablate.sweep import SweepPlan, job_variant, override_key
+
+class Preempted(RuntimeError):
+    """The job was asked to stop (SIGTERM, SIGHUP, or SLURM's SIGUSR1/SIGUSR2 before a time-out or
+    preemption): at a step boundary after saving a checkpoint (``saved``; ``ablate.lit.Checkpointer``),
+    or during its set-up, before its first step, at once (nothing to save). Defined here, not in
+    ``ablate.lit``, so that a stop can be raised before Lightning (seconds to import) is loaded."""
+
+    def __init__(self, step: int, signum: int, saved: bool = True) -> None:
+        where = f"at step {step}; checkpoint saved" if saved else "during set-up, before its first step"
+        super().__init__(f"stopped by signal {signum} {where}")
+        self.step, self.signum, self.saved = step, signum, saved
+
 
 #: the lock file in a job directory, held by the process training the job (its pid, then its parent's)
 JOB_LOCK = ".job.lock"
@@ -80,6 +93,22 @@ def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
     if sweep_dir is None:
         return name if cfg.experiment.name else "single-runs"
     return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
+
+
+def env_int(name: str, low: int = 0) -> int | None:
+    """The environment variable ``name`` as an integer >= ``low``; None when unset, and when it is
+    malformed (then one warning names it and the form expected, and the value is not used)."""
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        warnings.warn(f"ignoring the environment's {name}={text!r}: expected an integer >= {low}", stacklevel=2)
+        return None
+    return value
 
 
 def cpu_cores() -> int:
@@ -157,7 +186,7 @@ class Job:
             parallel = min(cores, n_jobs_swept)  # default: one core per job, the jobs' share if fewer
             return kind, parallel, max(1, cores // parallel), cores
         if kind == "submitit_slurm":  # SLURM allocates each job its own cpus_per_task cores
-            cpus = os.environ.get("SLURM_CPUS_PER_TASK") or launcher.get("cpus_per_task")
+            cpus = env_int("SLURM_CPUS_PER_TASK", low=1) or launcher.get("cpus_per_task")
             return kind, 1, int(cpus) if cpus else None, 0
         if kind == "basic":  # one job after the other, in this process
             return kind, 1, None, 0
@@ -314,5 +343,5 @@ def slurm_fields() -> dict[str, Any] | None:
     return {"job_id": env["SLURM_JOB_ID"], "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
             "array_task_id": env.get("SLURM_ARRAY_TASK_ID"), "node": env.get("SLURMD_NODENAME"),
             "partition": env.get("SLURM_JOB_PARTITION"),
-            "cpus_per_task": int(env["SLURM_CPUS_PER_TASK"]) if "SLURM_CPUS_PER_TASK" in env else None,
-            "restart_count": int(env.get("SLURM_RESTART_COUNT", 0))}  # unset until the first requeue
+            "cpus_per_task": env_int("SLURM_CPUS_PER_TASK", low=1),
+            "restart_count": env_int("SLURM_RESTART_COUNT") or 0}  # unset until the first requeue

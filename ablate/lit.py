@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ablate.job import Preempted  # defined with the job: a stop during set-up, before Lightning loads, raises it too
 from ablate.measure import count_input_tokens, summarize_times, synchronize
 from ablate.optim import make_optimizer, warmup_cosine
 
@@ -204,15 +205,31 @@ class LearningCurve(pl.Callback):
             self.on_point(point)
 
 
-class Preempted(RuntimeError):
-    """The job was asked to stop (SIGTERM, SIGHUP, or SLURM's SIGUSR1/SIGUSR2 before a time-out or
-    preemption): at a step boundary after saving a checkpoint (``saved``), or during its set-up,
-    before its first step, at once (nothing to save)."""
+class StepProgressBar(pl.callbacks.RichProgressBar):
+    """Lightning's progress bar over a run's steps (``max_steps``: ablate trains by steps, so
+    Lightning's "Epoch 0/-2" title and the logger's ``v_num`` say nothing), redrawn a few times a
+    second instead of after every step: a step's hooks stay cheap (no ``.item()`` of the loss, no
+    redraw per step) and the drawing thread does not take a core from training."""
 
-    def __init__(self, step: int, signum: int, saved: bool = True) -> None:
-        where = f"at step {step}; checkpoint saved" if saved else "during set-up, before its first step"
-        super().__init__(f"stopped by signal {signum} {where}")
-        self.step, self.signum, self.saved = step, signum, saved
+    def __init__(self, refresh_rate: int = 4) -> None:
+        super().__init__(refresh_rate=refresh_rate)
+        self._next_draw = 0.0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        now = time.monotonic()
+        if now < self._next_draw and batch_idx + 1 < self.total_train_batches:
+            return
+        self._next_draw = now + 1 / self.refresh_rate
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+    def _get_train_description(self, current_epoch: int) -> str:  # Lightning's hook for the bar's title
+        return f"{'Steps':{len(self.validation_description)}}"
 
 
 class Checkpointer(pl.Callback):

@@ -26,8 +26,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, apply_smoke, validate
-from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group, sweeper_refusal
-from ablate.results import read_record, write_record
+from ablate.job import JOB_LOCK, Job, Preempted, launcher_gone, lock_holder, sweep_group, sweeper_refusal
+from ablate.results import read_record, record_problems, write_record
 from ablate.sweep import design_labels, job_signature
 
 
@@ -46,25 +46,31 @@ def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
 
 
 class _InterruptWatch:
-    """Notes a Ctrl-C (SIGINT) during training, then lets it act as before (KeyboardInterrupt),
-    so the record can say ``interrupted`` rather than ``failed``: a relaunch reruns the job and
-    tables do not count it as a failure. Once :meth:`settle` is called (the record is being
-    written) a further Ctrl-C is only noted: the job stops once its record is written."""
+    """Notes a Ctrl-C (SIGINT) from the start of a job's set-up, then lets it act as before
+    (KeyboardInterrupt), so the record can say ``interrupted`` rather than ``failed``: a relaunch
+    reruns the job and tables do not count it as a failure. While :attr:`holding` (wandb starts) it
+    is only noted, and acts when :meth:`act_on_held` is called; once :meth:`settle` is called (the
+    record is being written) it is only noted: the job stops once its record is written."""
 
     def __init__(self) -> None:
         self.seen = False
         self.settled = False
+        self.holding = False
         self._previous: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self._previous == signal.SIG_IGN:
             return
         self.seen = True
-        if self.settled:
+        if self.settled or self.holding:
             return
         if callable(self._previous):
             self._previous(signum, frame)
         raise KeyboardInterrupt
+
+    def act_on_held(self) -> None:
+        if self.seen and not self.settled:
+            raise KeyboardInterrupt
 
     def settle(self) -> None:
         self.settled = True
@@ -117,9 +123,9 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
 def _done_already(job: Job) -> dict[str, Any] | None:
     """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do."""
     previous = read_record(job.dir)
-    if previous is None or previous.get("status") != "ok" or \
+    if previous is None or previous.get("status") != "ok" or record_problems(previous) or \
             job_signature(previous.get("overrides")) != job_signature(job.overrides):
-        return None
+        return None  # an implausible record (ablate.results.record_problems) is not trusted: run again
     print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
     return previous
 
@@ -142,29 +148,42 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
         "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job), "tune": _tune_entry(job),
         "job": job.record_fields(),
     }
-    # Lightning (seconds to import) only once the config is valid: a refused one is refused at once
-    from ablate.lit import Checkpointer, Diverged, Preempted, checkpoint_state
-    from ablate.train import train
-
-    checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps), bool(cfg.checkpoint.keep))
-    resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
     run = None
-    wandb_started = time.perf_counter()
-    if _rank() == 0:  # a resumed job continues its wandb run
-        run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
-    record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
-                                   "wandb_init": time.perf_counter() - wandb_started}
-    if run is not None:
-        from ablate.tracking import run_dir
-
-        record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run),
-                           "id": run.id}
-        checkpointer.wandb_run_id = run.id
     started = time.perf_counter()
-    interrupt, stop = _InterruptWatch(), _StopSignals(checkpointer)
+    interrupt, stop = _InterruptWatch(), _StopSignals()
     ended_by: BaseException | None = None  # what ends this process's run of jobs once the record is written
+    # The stop handlers cover the whole set-up (Lightning's import, the checkpoint's load, wandb's start:
+    # up to ~20 s), so a stop there is recorded too, and the wandb run, if it started, finished
     with interrupt, stop:
         try:
+            # Lightning (seconds to import) only once the config is valid: a refused one is refused at once
+            from ablate.lit import Checkpointer, checkpoint_state
+            from ablate.train import train
+
+            checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps),
+                                        bool(cfg.checkpoint.keep))
+            stop.checkpointer = checkpointer
+            resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
+            wandb_started = time.perf_counter()
+            if _rank() == 0:  # a resumed job continues its wandb run
+                # a stop while wandb starts waits for it (seconds at most): raised inside wandb.init it
+                # would be taken for wandb's own failure, or leave its run half made
+                interrupt.holding = stop.holding = True
+                try:
+                    run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
+                finally:
+                    interrupt.holding = stop.holding = False
+            record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
+                                           "wandb_init": time.perf_counter() - wandb_started}
+            if run is not None:
+                from ablate.tracking import run_dir
+
+                record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run),
+                                   "id": run.id}
+                checkpointer.wandb_run_id = run.id
+            interrupt.act_on_held()
+            stop.act_on_held()
+            started = time.perf_counter()
             train(cfg, job, run, record["metrics"], checkpointer, resume)
             record["status"] = "ok"
             if not cfg.checkpoint.keep:
@@ -172,14 +191,19 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
         except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
             interrupt.settle()
             stop.settle()
-            if isinstance(error, Diverged):
+            lit = sys.modules.get("ablate.lit")  # loaded if it raised Diverged; a stop may have cut its import short
+            if lit is not None and isinstance(error, getattr(lit, "Diverged", ())):
                 record["status"], record["diverged_step"] = "diverged", error.step
             elif isinstance(error, (KeyboardInterrupt, Preempted)) or interrupt.seen:
                 # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
                 # (during set-up, or after its checkpoint): a relaunch resumes the job
                 record["status"] = "interrupted"
-            record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
-            record["traceback"] = traceback.format_exc()
+            if record["status"] == "interrupted" and not isinstance(error, Preempted):
+                record["error"] = "interrupted by Ctrl-C (SIGINT)"
+            else:
+                record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
+            if record["status"] == "failed":  # a stop or a divergence is its own explanation
+                record["traceback"] = traceback.format_exc()
             if not isinstance(error, Exception) or isinstance(error, Preempted):
                 ended_by = error
         interrupt.settle()  # from here on a signal waits until the record is written
@@ -227,23 +251,35 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SI
 class _StopSignals:
     """SIGTERM (a scheduler stopping the job: ``scancel``, ``scontrol requeue``, preemption), SIGHUP
     (its terminal closed) and SIGUSR1/SIGUSR2 (SLURM's warning before a time-out; submitit's
-    preemption signal) ask the job to stop: during set-up at once, during training at the end of
-    its step with a checkpoint (``lit.Checkpointer.request_stop``, ``lit.Preempted``); the record
-    says ``interrupted``, and then the signal gets what it was sent for (:meth:`pass_on`):
-    submitit's own handler requeues the job, otherwise the process exits. A signal the process
-    ignores (``nohup`` ignores SIGHUP) stays ignored. Once :meth:`settle` is called (training is
-    over, the record is being written) a signal is only noted (:attr:`received`)."""
+    preemption signal) ask the job to stop: during set-up at once (``job.Preempted``, before the
+    ``checkpointer`` exists too: from the start of set-up), during training at the end of its step
+    with a checkpoint (``lit.Checkpointer.request_stop``); the record says ``interrupted``, and then
+    the signal gets what it was sent for (:meth:`pass_on`): submitit's own handler requeues the job,
+    otherwise the process exits. A signal the process ignores (``nohup`` ignores SIGHUP) stays
+    ignored. While :attr:`holding` (wandb starts) a signal is noted and acts at :meth:`act_on_held`;
+    once :meth:`settle` is called (training is over, the record is being written) it is only noted
+    (:attr:`received`)."""
 
-    def __init__(self, checkpointer: Any) -> None:
+    def __init__(self, checkpointer: Any = None) -> None:
         self.checkpointer = checkpointer
         self.settled = False
+        self.holding = False
         self.received: int | None = None  # the first stop signal that came
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.received = self.received or signum
-        if not self.settled:
-            self.checkpointer.request_stop(signum)
+        if not (self.settled or self.holding):
+            self._stop(signum)
+
+    def _stop(self, signum: int) -> None:
+        if self.checkpointer is None:  # Lightning not loaded yet: nothing to save
+            raise Preempted(0, signum, saved=False)
+        self.checkpointer.request_stop(signum)
+
+    def act_on_held(self) -> None:
+        if self.received is not None and not self.settled:
+            self._stop(self.received)
 
     def settle(self) -> None:
         self.settled = True
@@ -300,10 +336,16 @@ def _tune_entry(job: Job) -> dict[str, Any] | None:
 
 
 def _rank() -> int:
-    """This process's global rank (0 outside distributed training), as Lightning reads it."""
-    from pytorch_lightning.utilities import rank_zero_only
-
-    return int(rank_zero_only.rank)
+    """This process's global rank (0 outside distributed training), as Lightning reads it; before
+    Lightning is loaded (a stop cut its import short: importing it again could fail) from the
+    environment variables Lightning reads it from."""
+    rank_zero = sys.modules.get("pytorch_lightning.utilities.rank_zero")
+    if rank_zero is not None and hasattr(rank_zero, "rank_zero_only"):
+        return int(getattr(rank_zero.rank_zero_only, "rank", 0))
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
 
 
 def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str, run_id: str | None = None) -> Any:
@@ -369,17 +411,38 @@ def _log_artifacts(record: dict[str, Any], run: Any, job: Job) -> None:
 
 
 def _print_summary(record: dict[str, Any], job: Job) -> None:
+    """The job's line on the terminal as it ends (:func:`job_line`). A stopped job prints none: the
+    command or the sweep says in one line that it stopped and how to resume."""
     from rich.console import Console
+
+    if record["status"] != "interrupted":
+        Console(highlight=False, soft_wrap=True).print(job_line(record, job.name))
+
+
+def job_line(record: dict[str, Any], name: str) -> str:
+    """One line (Rich markup) for a finished job: its name, status and headline metric (or error),
+    speed, memory, size, how long it took and where its record is. What a job prints as it ends,
+    and what a sweep prints for a job whose output goes to a log file (``ablate.sweeper``)."""
     from rich.markup import escape
 
-    m = record["metrics"]
-    console = Console(highlight=False, soft_wrap=True)
-    if record["status"] != "ok":
-        console.print(f"[bold red]{escape(job.name)}: {record['status']}[/] - {escape(record['error'])}")
-        return
-    parts = [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
+    m, status = record.get("metrics") or {}, record.get("status")
+    took = [duration_text(m["wall_time_s"])] if isinstance(m.get("wall_time_s"), (int, float)) else []
+    if status != "ok":
+        return (f"[bold red]{escape(name)}: {escape(str(status))}[/] - {escape(str(record.get('error')))}"
+                + "".join(f"  ({t})" for t in took))
+    parts = ["ok"] + [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
     parts += [f"loss {m['loss']:.4f}", f"{m['tokens_per_s']:,.0f} tokens/s"]
     if "peak_memory_bytes" in m:
         parts.append(f"peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB")
-    parts.append(f"params {m['params']:,}")
-    console.print(f"[bold green]{escape(job.name)}[/]: {escape('  '.join(parts))}  ({escape(str(job.dir / 'result.json'))})")
+    parts += [f"params {m['params']:,}", *took]
+    where = Path((record.get("job") or {}).get("dir") or ".") / "result.json"
+    return f"[bold green]{escape(name)}[/]: {escape('  '.join(parts))}  ({escape(str(where))})"
+
+
+def duration_text(seconds: float) -> str:
+    """``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(int(round(seconds)), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours} h {m:02d} min" if hours else f"{m} min {s:02d} s"

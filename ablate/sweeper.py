@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from omegaconf import OmegaConf
 from ablate.job import LAUNCHER_PID_ENV, launcher_kind, lock_holder
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
 from ablate.results import load_records
-from ablate.sweep import SweepPlan, job_signature
+from ablate.sweep import SweepPlan, job_signature, override_key
 
 
 def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
@@ -48,9 +49,11 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     try:
         plan = planner.plan()
         if sweeper.plan:
+            from ablate.job import process_start_time
             from ablate.preview import preview, render
 
-            print(render(preview(planner, plan, sweep_dir)))
+            started = process_start_time()  # the start-up and planning the sweep will repeat
+            print(render(preview(planner, plan, sweep_dir, setup_s=time.time() - started if started else 0.0)))
             return []
         unreadable = SweepPlan.unreadable(sweep_dir)
         if unreadable and not sweeper.redefine:
@@ -62,13 +65,17 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     except SweepError as error:
         print(f"ablate: {error}", file=sys.stderr)
         sys.exit(2)
+    from ablate.preview import start_line
+
+    print(start_line(planner, plan, sweep_dir), flush=True)  # earlier runs' step times only: nothing is timed
     launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
     if config.logger.name == "wandb" and launcher in ("joblib", "submitit_local"):
         from ablate.tracking import share_service
 
         share_service()  # the job processes on this machine log through this process's wandb service
     try:
-        with _StopWorkers(sweep_dir, active=launcher == "joblib"):
+        with _StopWorkers(sweep_dir, active=launcher == "joblib"), \
+                _JobLines(sweep_dir, active=launcher.startswith("submitit")):
             return _run_stages(sweeper, plan, sweep_dir)
     except KeyboardInterrupt:
         _stopped("interrupted (Ctrl-C)", 130)
@@ -128,6 +135,53 @@ def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
     for result in results:
         _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)
     return results
+
+
+class _JobLines:
+    """Under submitit a job's output goes to its log file, so the launching process prints each job's
+    line (``run.job_line``) as its record appears; under the other launchers the job prints it."""
+
+    def __init__(self, sweep_dir: Path, active: bool, poll_s: float = 1.0) -> None:
+        self.sweep_dir, self.active, self.poll_s = sweep_dir.resolve(), active, poll_s
+        self._seen: dict[Path, int] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="ablate-job-lines", daemon=True)
+
+    def __enter__(self) -> "_JobLines":
+        if self.active:
+            self._scan(say=False)  # records from before this launch are not news
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active:
+            self._done.set()
+            self._thread.join()
+            if exc[0] is None:
+                self._scan()  # the jobs that ended since the last look
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s):
+            self._scan()
+
+    def _scan(self, say: bool = True) -> None:
+        from rich.console import Console
+
+        from ablate.results import RESULT_FILE, read_record
+        from ablate.run import job_line
+
+        for path in sorted(self.sweep_dir.glob(f"*/{RESULT_FILE}")):
+            try:
+                stamp = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            if self._seen.get(path) == stamp:
+                continue
+            self._seen[path] = stamp
+            record = read_record(path.parent)
+            if say and record is not None:
+                name = ",".join(o for o in record.get("overrides") or [] if override_key(o) != "experiment")  # Job.name
+                Console(highlight=False, soft_wrap=True).print(job_line(record, name or "defaults"))
 
 
 class _StopWorkers:

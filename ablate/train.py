@@ -106,7 +106,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     split); evaluate on the test split at every length; measure.
 
     Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
-    from ablate.lit import LearningCurve, SpeedMeter, curve_steps, masked_loss
+    from pytorch_lightning.callbacks import ProgressBar
+
+    from ablate.lit import LearningCurve, SpeedMeter, StepProgressBar, curve_steps, masked_loss
     from ablate.measure import measure_training_memory
     from ablate.optim import make_optimizer
 
@@ -132,6 +134,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
     callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg)
+    if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(StepProgressBar())  # one of the user's own (callbacks group) wins
     trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
     cuda = trainer.strategy.root_device.type == "cuda"
     if cfg.measure.memory and not cuda:  # on CUDA the allocator's own peak is the figure

@@ -242,31 +242,54 @@ def test_relaunch_with_other_overrides_is_refused_unless_redefined(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_ctrl_c_records_interrupted_not_failed(tmp_path: Path, tiny: list[str]) -> None:
+def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(tmp_path: Path, tiny: list[str]) -> None:
+    """SIGTERM while the job's wandb run starts (before training: the handlers cover the whole set-up),
+    then, relaunched, Ctrl-C during training: each exits 128 + the signal with one line and no
+    traceback, the record says interrupted (no traceback kept), and both attempts are one wandb run."""
     import os
     import signal
     import subprocess
     import time
 
-    from conftest import BIN, cli_env
+    from conftest import BIN, cli_env, wandb_summary
 
-    # logger=csv writes metrics.csv after its first 100 logged steps: training is under way then
-    args = [*tiny, "trainer.max_steps=1000000", "logger=csv", "hydra.run.dir=run"]
-    proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not (tmp_path / "run" / "metrics.csv").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (tmp_path / "run" / "metrics.csv").exists(), "training never started"
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    try:  # communicate, not wait: a child writing more than a pipe holds to stderr would block forever
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0, err[-2000:]
+    args = [*tiny, "trainer.max_steps=1000000", "checkpoint.every_n_steps=20", "hydra.run.dir=run"]
+
+    def stopped(signum: int, ready: Path, group: bool) -> str:
+        proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(), text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), f"{ready} never appeared"
+        if group:
+            os.killpg(proc.pid, signum)  # what Ctrl-C in a terminal does
+        else:
+            os.kill(proc.pid, signum)  # a scheduler's stop, to the job's process
+        try:  # communicate, not wait: a child writing more than a pipe holds to stderr would block forever
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 128 + signum, (proc.returncode, err[-2000:])
+        assert "Traceback" not in err, err[-3000:]
+        return err
+
+    # the job writes its wandb run id just before wandb starts: the stop comes during set-up
+    err = stopped(signal.SIGTERM, tmp_path / "run" / "wandb" / "run_id", group=False)
+    assert [line for line in err.splitlines() if "stopped by SIGTERM" in line], err[-2000:]
     (record,) = records(tmp_path / "run")
-    assert record["status"] == "interrupted", (record["status"], record["error"])
+    assert record["status"] == "interrupted" and "during set-up" in record["error"], record["error"]
+    assert "traceback" not in record and record["wandb"] is not None
+    first_run = record["wandb"]["id"]
+    assert wandb_summary(record["wandb"]["dir"])["summary"]["status"] == "interrupted"  # its run finished
+
+    # relaunched, it trains (a checkpoint at step 20) until Ctrl-C
+    err = stopped(signal.SIGINT, tmp_path / "run" / "checkpoints" / "last.ckpt", group=True)
+    assert len([line for line in err.splitlines() if "interrupted" in line]) == 1, err[-2000:]
+    (record,) = records(tmp_path / "run")
+    assert record["status"] == "interrupted" and record["error"] == "interrupted by Ctrl-C (SIGINT)", record["error"]
+    assert "traceback" not in record and record["wandb"]["id"] == first_run  # one job, one wandb run
     table = run_cli([str(tmp_path / "run"), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
     (row,) = csv.DictReader(io.StringIO(table.stdout))
     assert row["status"] == "1 interrupted" and row["n_failed"] == "0" and row["n"] == "0"

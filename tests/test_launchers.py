@@ -28,6 +28,8 @@ def submitit_sweep(tmp_path: Path, tiny: list[str], n_jobs: int, *extra: str) ->
     recs = records(sweep)
     assert len(recs) == n_jobs and {r["status"] for r in recs} == {"ok"}
     assert all(r["job"]["started_at"] is not None and r["metrics"]["wall_time_s"] > 0 for r in recs)
+    # the jobs' output goes to log files: the launching process says each job's line, once, and the sweep's time
+    assert out.stdout.count(": ok  ") == n_jobs and "[ablate] the sweep took" in out.stdout, out.stdout[-3000:]
     return sweep, recs
 
 
