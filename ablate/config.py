@@ -111,7 +111,7 @@ class ExperimentSettings:
 class EvalSettings:
     """The ``eval`` node: evaluation on the validation split during training (learning curves)."""
 
-    every: NonNegativeInt = 0
+    every: NonNegativeInt = 100  # conf/config.yaml's default: a learning curve (16 points in 1500 steps)
     # Where "early loss" is read: the evaluation at this fraction of the run's optimizer steps, in the
     # same run (its learning rate still on its schedule). 0.25, not Narang et al. 2021's 1/8: in the
     # short runs ablate is built for (250-1500 steps) 1/8 falls inside or at the end of the default

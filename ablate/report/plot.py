@@ -3,10 +3,11 @@
 * ``plot``: ``table.png``: per variant its accuracy (mean ± std and each seed, or against evaluation
   length), Δ to the baseline with its 95% CI and the marks, and the speed and memory ratios (a
   pivoted table: accuracy per column value and the average per row), the baseline in bold;
-* ``curves``: ``curves.png``: validation loss against training FLOPs spent (``metrics.history``),
-  one line per variant, the mean over seeds with a band from the lowest to the highest seed;
-  compute on the x axis, so variants of different cost compare at equal compute
-  (Kaplan et al. 2020);
+* ``curves``: ``curves.png`` (``curves_figure``): validation loss against training FLOPs spent
+  (``metrics.history``), one line per variant, the mean over seeds (a marker per evaluation) with a
+  band from the lowest to the highest seed; compute on the x axis, so variants of different cost
+  compare at equal compute (Kaplan et al. 2020). Fewer than ``MIN_CURVE_POINTS`` evaluations per run
+  are drawn as points, unjoined, and the figure says so;
 * ``scaling_plot``: ``scaling.png`` of a ladder (``ablate.report.ladder``): loss vs training FLOPs
   (log-log, per variant its rung means and a min..max seed band, the baseline's fitted curve) and
   the compute multiplier vs FLOPs (log x, CI band, 1x line, extrapolated points hollow);
@@ -214,9 +215,29 @@ def mean_curve(row: Row, x: str = "flops") -> tuple[list[float], list[float], li
     return xs, ys, lo, hi
 
 
+#: a run evaluated fewer times than this draws its points unjoined: a line through two or three
+#: evaluations (by default 25% and 100% of training) looks like a learning curve and is not one
+MIN_CURVE_POINTS = 4
+
+
+def _sparse_note(counts: list[int], steps: int) -> str:
+    """What a panel of too few evaluations says, and the ``eval.every`` that gives ~10 of them."""
+    k = str(counts[0]) if len(set(counts)) == 1 else f"{min(counts)}-{max(counts)}"
+    return f"{k} evaluations per run: points, not a curve — set eval.every={max(1, steps // 10)} for a curve"
+
+
 def curves(table: SweepTable, path: str | Path) -> Path | None:
-    """``curves.png``: validation loss vs training FLOPs, one line per variant (mean over seeds,
-    band: lowest..highest seed), the baseline in black; None when no run recorded a history."""
+    """``curves.png`` (``curves_figure``); None when no run recorded a history."""
+    fig = curves_figure(table)
+    return None if fig is None else _save(fig, path)
+
+
+def curves_figure(table: SweepTable):
+    """The figure of ``curves.png``: validation loss vs training FLOPs, per variant the mean over seeds
+    with a marker at every evaluation and the seeds' spread (lowest..highest), the baseline in black;
+    None when no run recorded a history. A variant with at least ``MIN_CURVE_POINTS`` evaluations is
+    a line with a band; one with fewer is its points with min..max bars, not joined, and its panel
+    says so (a dashed line would still read as a trend between evaluations far apart)."""
     if not table.has_histories:
         return None
     from matplotlib.figure import Figure
@@ -226,24 +247,41 @@ def curves(table: SweepTable, path: str | Path) -> Path | None:
     x = _x_axis([r for _, rows in panels for r in rows])
     fig = Figure(figsize=(5.5 * len(panels) + 1, 4.5), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    any_sparse = False
     for ax, (name, rows) in zip(axes, panels):
+        sparse_counts, sparse_steps, dense = [], 0, False
         for i, row in enumerate(rows):
             xs, ys, lo, hi = mean_curve(row, x)
             if not xs:
                 continue
             color = "black" if row.is_baseline else f"C{i}"
             n = len(row.histories)
-            ax.plot(xs, ys, marker="o", markersize=3, color=color, linewidth=2 if row.is_baseline else 1.2,
-                    label=f"{_row_label(table, row)} (n={n})")
-            if n > 1:
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+            label = f"{_row_label(table, row)} (n={n})"
+            if len(xs) >= MIN_CURVE_POINTS:
+                dense = True
+                ax.plot(xs, ys, marker="o", markersize=4, color=color, linewidth=2 if row.is_baseline else 1.2,
+                        label=label)
+                if n > 1:
+                    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+            else:
+                sparse_counts.append(len(xs))
+                sparse_steps = max([sparse_steps, *(int(h["step"]) for hist in row.histories for h in hist
+                                                         if isinstance(h.get("step"), (int, float)))])
+                spread = [[y - a for y, a in zip(ys, lo)], [b - y for y, b in zip(ys, hi)]] if n > 1 else None
+                ax.errorbar(xs, ys, yerr=spread, fmt="o", markersize=6, capsize=3, color=color,
+                            label=label)
+        spread = "band" if not sparse_counts else "bars" if not dense else "band or bars"
+        heading = name or f"validation loss (mean over seeds; {spread}: min..max)"
+        if sparse_counts:
+            any_sparse = True
+            heading += "\n" + _sparse_note(sparse_counts, sparse_steps)
         ax.set_xlabel({"flops": "training FLOPs", "tokens": "training tokens", "step": "step"}[x])
         ax.set_ylabel("validation loss")
-        ax.set_title(name or "validation loss (mean over seeds; band: min..max)", fontsize="medium")
+        ax.set_title(heading, fontsize="medium")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(f"{title(table)}: learning curves")
-    return _save(fig, path)
+    fig.suptitle(f"{title(table)}: " + ("validation loss during training" if any_sparse else "learning curves"))
+    return fig
 
 
 def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
