@@ -14,8 +14,10 @@ The package turns them into one row per variant, by concern:
 * ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, in named stages: the baseline(s), a
   pivot of one swept key into columns, the comparisons, the rows chosen;
 * ``caption``: the words of a table (its caption and notes; ``SweepTable.caption()``);
-* ``formats``: ``render(table, "terminal" | "markdown" | "latex" | "csv")``; ``columns`` and
-  ``csv_fields`` decide every format's columns;
+* ``table_columns``: every column a table can show (``columns``, ``csv_fields``) and its role:
+  headline (the terminal's first block), paper (``table.tex``) or detail;
+* ``formats``: ``render(table, "terminal" | "markdown" | "latex" | "csv")``: the terminal table
+  folded to its width, the paper's LaTeX table with its note, Markdown and CSV;
 * ``plot``: the PNG figures (``table.png``, ``curves.png``, ``lr.png``);
 * ``publish``: ``save_outputs`` (``table.{md,tex,csv,png}`` and the figures, atomically),
   ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);

@@ -2,6 +2,7 @@
 
     ablate-table SWEEP_DIR                        # terminal table
     ablate-table SWEEP_DIR -f latex --save        # LaTeX on stdout; table.{md,tex,csv,png} written
+    ablate-table SWEEP_DIR --all-columns          # terminal: unfolded; -f latex: every column, table*
     ablate-table SWEEP_DIR --bench --save         # speed from an interleaved benchmark (ablate-bench)
     ablate-table SWEEP_DIR --columns task         # one accuracy column per task, plus avg
     ablate-table SWEEP_DIR --rows a,b --test welch  # these rows in this order; Welch's test
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from ablate.report.formats import FORMATS, render, rich_table
+from ablate.report.formats import FORMATS, print_terminal, render
 from ablate.report.publish import log_to_wandb, save_outputs, write_atomic, write_report
 from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE
@@ -31,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                                 "finished) ablation sweep, built from its result.json records.")
     p.add_argument("path", help="sweep directory (searched recursively for result.json)")
     p.add_argument("--format", "-f", choices=FORMATS, default="terminal", help="output format (default: terminal)")
+    p.add_argument("--all-columns", action="store_true", help="every column: the terminal table unfolded "
+                   "(by default it folds to the terminal's width), the LaTeX one in a table* (by default the "
+                   "paper columns: variant, accuracy, delta [CI], speed, params; a table* when wider than a column)")
     p.add_argument("--baseline", "-b", help="baseline variant: override string (qkv_sharing=independent), "
                    "label, or value (independent); default: the experiment's baseline, else the first variant")
     p.add_argument("--test", choices=TESTS, default="paired",
@@ -86,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if args.format == "terminal":
-        from rich.console import Console
-
-        Console().print(rich_table(table))
+        print_terminal(table, all_columns=args.all_columns, path=args.path)
     else:
-        sys.stdout.write(render(table, args.format))
+        sys.stdout.write(render(table, args.format, all_columns=args.all_columns))
 
     written = None
     if args.save:

@@ -1,295 +1,40 @@
 """A table as text: terminal (rich), markdown, LaTeX (booktabs) and CSV.
 
-``columns`` (human formats) and ``csv_fields`` (the CSV and the wandb.Table) are the one place
-that decides which columns a table has; every format renders those. Human formats show accuracy
-in percent with ± std and marks, and Δ to the baseline in points with its 95% CI; the CSV (and
-the wandb.Table, ``ablate.report.publish``) carry the raw values (fractions, None as empty) in
-``CSV_COLUMNS``, then the ``OPTIONAL_CSV_COLUMNS`` the records support, then ``acc@L`` and
-``acc@L_std`` for each evaluated length when more than one was evaluated (``csv_columns``). Its
-``metric`` column is each row's own metric (tasks' metrics can differ). A pivoted table
-(``SweepTable.columns_key``) has one accuracy column per value of that key and ``avg``.
+The columns come from ``table_columns`` (``columns``, ``csv_fields``; re-exported here). The
+terminal table fits the terminal (``terminal_width``): when every column does not fit, it folds
+into blocks, each headed by the variant column, the first holding the ``HEADLINE`` columns
+(accuracy ± std with its marks, Δ with its CI; a pivot's cells; a ladder's CMs and trend), cells
+never cut, then a one-line hint. The default LaTeX table is the paper one: the ``HEADLINE`` and
+``PAPER`` columns in a ``table`` (a ``table*`` when wider than a column of a two-column paper), a
+one-sentence caption, the statistics in a footnote-sized note under the tabular; ``all_columns``
+puts every column in a ``table*``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+import shutil
+import sys
 
-from ablate.report.caption import sci
-from ablate.report.ladder import LadderRow, LadderTable
+from ablate.report.ladder import LadderTable
 from ablate.report.table import Row, SweepTable
+from ablate.report.table_columns import (CSV_COLUMNS, DASH, DETAIL, HEADLINE, OPTIONAL_CSV_COLUMNS, Column, columns,
+                                         csv_columns, csv_fields, csv_rows)
 
 FORMATS = ("terminal", "markdown", "latex", "csv")
-DASH = "–"
+
+# the columns' names are table_columns', re-exported: what a table shows and how it prints, from one place
+__all__ = ["CSV_COLUMNS", "DASH", "FORMATS", "OPTIONAL_CSV_COLUMNS", "columns", "csv_columns", "csv_fields", "csv_rows",
+           "latex_caption", "latex_escape", "latex_note", "print_terminal", "render", "rich_table", "terminal_width",
+           "title", "to_csv", "to_latex", "to_markdown"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The columns: the one place that decides what every format shows
-# ---------------------------------------------------------------------------------------------
-
-Field = tuple[str, Callable[[SweepTable, Row], Any]]
-
-
-def _count(row: Row, status: str) -> int:
-    return row.counts.get(status, 0)
-
-
-def _int_if_whole(value: float | None) -> float | int | None:
-    return int(value) if value is not None and float(value).is_integer() else value
-
-
-# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's);
-# every table has these. Records with the newer keys add OPTIONAL_CSV_COLUMNS, extrapolation sweeps
-# acc@L and acc@L_std per evaluated length (csv_columns).
-_BASE_FIELDS: list[Field] = [
-    ("variant", lambda t, r: r.label),
-    ("accuracy_mean", lambda t, r: r.accuracy_mean),
-    ("accuracy_std", lambda t, r: r.accuracy_std),
-    ("n", lambda t, r: r.n),
-    ("speed_ratio", lambda t, r: r.speed_ratio),
-    ("memory_ratio", lambda t, r: r.memory_ratio),
-    ("params", lambda t, r: r.params),
-    ("status", lambda t, r: r.status),
-    ("loss_mean", lambda t, r: r.loss_mean),
-    ("tokens_per_s", lambda t, r: r.tokens_per_s),
-    ("memory_mib", lambda t, r: r.memory_mib),
-    ("p_value", lambda t, r: r.p_value),
-    ("n_ok", lambda t, r: r.n),
-    ("n_diverged", lambda t, r: _count(r, "diverged")),
-    ("n_failed", lambda t, r: _count(r, "failed")),
-    ("speed_source", lambda t, r: t.speed_source),
-    ("metric", lambda t, r: r.metric or t.metric),
-    ("n_running", lambda t, r: _count(r, "running")),
-    ("n_interrupted", lambda t, r: _count(r, "interrupted")),
-    ("overrides", lambda t, r: r.key),
-    ("is_baseline", lambda t, r: r.is_baseline),
-    ("delta", lambda t, r: r.delta),
-    ("delta_ci_low", lambda t, r: r.delta_ci_low),
-    ("delta_ci_high", lambda t, r: r.delta_ci_high),
-    ("p_corrected", lambda t, r: r.p_corrected),
-    ("n_paired", lambda t, r: r.n_paired),
-    ("steps", lambda t, r: _int_if_whole(r.steps)),
-]
-CSV_COLUMNS = [name for name, _ in _BASE_FIELDS]
-
-# Present when the records have what they need: training FLOPs, the validation loss at 25% and at
-# the end, a tuned sweep's lr (sweep.json's tune block).
-_OPTIONAL_FIELDS: dict[str, list[Field]] = {
-    "flops": [("flops_per_token", lambda t, r: r.flops_per_token), ("train_flops", lambda t, r: r.train_flops),
-              ("flops_ratio", lambda t, r: r.flops_ratio)],
-    "losses": [("early_loss", lambda t, r: r.early_loss), ("final_loss", lambda t, r: r.final_loss)],
-    "tune": [("lr", lambda t, r: r.lr), ("delta_default_lr", lambda t, r: r.delta_default_lr)],
-}
-OPTIONAL_CSV_COLUMNS = {group: [name for name, _ in fields] for group, fields in _OPTIONAL_FIELDS.items()}
-
-# A pivoted table's CSV: per column value V, these (V itself is the mean), then avg and the run counts.
-_CELL_FIELDS: list[tuple[str, Callable[[Row], Any]]] = [
-    ("", lambda r: r.accuracy_mean), ("_std", lambda r: r.accuracy_std), ("_n", lambda r: r.n),
-    ("_delta", lambda r: r.delta), ("_delta_ci_low", lambda r: r.delta_ci_low),
-    ("_delta_ci_high", lambda r: r.delta_ci_high), ("_p_value", lambda r: r.p_value),
-    ("_p_corrected", lambda r: r.p_corrected),
-]
-_TUNED_CELL_FIELDS = [("_lr", lambda r: r.lr), ("_delta_default_lr", lambda r: r.delta_default_lr)]
-_PIVOT_TAIL: list[Field] = [
-    ("avg", lambda t, r: r.avg), ("status", lambda t, r: r.status), ("n_ok", lambda t, r: r.n),
-    ("n_diverged", lambda t, r: _count(r, "diverged")), ("n_failed", lambda t, r: _count(r, "failed")),
-    ("n_running", lambda t, r: _count(r, "running")), ("n_interrupted", lambda t, r: _count(r, "interrupted")),
-    ("metric", lambda t, r: r.metric or t.metric), ("overrides", lambda t, r: r.key),
-    ("is_baseline", lambda t, r: r.is_baseline),
-]
-
-
-def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable, Row], Any]:
-    return lambda t, r: get(r.cells[value]) if value in r.cells else None
-
-
-def csv_fields(t: SweepTable) -> list[Field]:
-    """The CSV's (and the wandb.Table's) columns as ``(name, getter(table, row))``, in order."""
-    if isinstance(t, LadderTable):
-        return _ladder_fields(t)
-    if t.pivoted:
-        fields: list[Field] = [_BASE_FIELDS[0]]
-        for v in t.column_values:
-            for suffix, get in _CELL_FIELDS + (_TUNED_CELL_FIELDS if t.tuned else []):
-                fields.append((f"{v}{suffix}", _cell_getter(v, get)))
-        return fields + _PIVOT_TAIL
-    fields = list(_BASE_FIELDS)
-    for group, present in (("flops", t.has_flops), ("losses", t.has_losses), ("tune", t.tuned)):
-        if present:
-            fields += _OPTIONAL_FIELDS[group]
-    for L in t.length_columns:
-        fields += [(f"acc@{L}", lambda t, r, L=L: r.eval.get(L, (None, None))[0]),
-                   (f"acc@{L}_std", lambda t, r, L=L: r.eval.get(L, (None, None))[1])]
-    return fields
-
-
-def _pct(mean: float | None, std: float | None) -> str:
-    if mean is None:
-        return DASH
-    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
-
-
-def _x(ratio: float | None, times: str = "x") -> str:
-    return DASH if ratio is None else f"{ratio:.2f}{times}"
-
-
-def _si(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return DASH
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= div:
-            return f"{value / div:.{digits}f}{unit}"
-    return f"{value:.0f}"
-
-
-def _sci(value: float | None) -> str:
-    return DASH if value is None else sci(value)
-
-
-def _delta(row: Row, ci: bool = True) -> str:
-    """``-11.0 [-12.3, -9.7]``: the difference to the baseline in points, with its 95% CI."""
-    if row.delta is None or row.is_baseline:
-        return DASH
-    text = f"{100 * row.delta:+.1f}"
-    if ci and row.delta_ci_low is not None:
-        text += f" [{100 * row.delta_ci_low:+.1f}, {100 * row.delta_ci_high:+.1f}]"
-    return text
-
-
-def _loss(value: float | None) -> str:
-    return DASH if value is None else f"{value:.3f}"
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column of the human formats: its header, its cell (unescaped; ``times`` is the ratio
-    sign) and, for accuracy cells, the significance mark that follows the cell."""
-
-    head: str
-    text: Callable[[Row, str], str]
-    mark: Callable[[Row], str] | None = None
-    left: bool = False
-
-
-def columns(t: SweepTable) -> list[Column]:
-    """The columns of the terminal, markdown and LaTeX tables, in order."""
-    variant = Column("variant", lambda r, x: r.label, left=True)
-    if isinstance(t, LadderTable):
-        return [variant, *_ladder_columns(t)]
-    runs = Column("runs", lambda r, x: r.status, left=True)
-    if t.pivoted:
-        cells = [Column(f"{t.column_label(v)} (%)",
-                        lambda r, x, v=v: _pct(r.cells[v].accuracy_mean, r.cells[v].accuracy_std) if v in r.cells
-                        else DASH,
-                        mark=lambda r, v=v: r.cells[v].mark if v in r.cells else "")
-                 for v in t.column_values]
-        return [variant, *cells, Column("avg (%)", lambda r, x: _pct(r.avg, None)), runs]
-    acc = f"acc@{t.train_length} (%)" if t.extra_lengths and t.train_length else "accuracy (%)"
-    cols = [variant, Column(acc, lambda r, x: _pct(r.accuracy_mean, r.accuracy_std), mark=lambda r: r.mark)]
-    cols += [Column(f"acc@{L} (%)", lambda r, x, L=L: _pct(*r.eval.get(L, (None, None)))) for L in t.extra_lengths]
-    at = " @ tuned lr" if t.tuned else ""
-    cols.append(Column(f"Δ{at} (pts, 95% CI)", lambda r, x: _delta(r)))
-    if t.tuned:
-        cols += [Column("Δ @ default lr (pts)",
-                        lambda r, x: DASH if r.delta_default_lr is None or r.is_baseline
-                        else f"{100 * r.delta_default_lr:+.1f}"),
-                 Column("lr", lambda r, x: DASH if r.lr is None else f"{r.lr:g}")]
-    cols.append(Column("loss", lambda r, x: _loss(r.loss_mean)))
-    if t.has_losses:
-        cols += [Column("early loss", lambda r, x: _loss(r.early_loss)),
-                 Column("final loss", lambda r, x: _loss(r.final_loss))]
-    cols += [Column("speed", lambda r, x: _x(r.speed_ratio, x)), Column("tokens/s", lambda r, x: _si(r.tokens_per_s)),
-             Column("memory", lambda r, x: _x(r.memory_ratio, x)),
-             Column("MiB", lambda r, x: DASH if r.memory_mib is None else f"{r.memory_mib:.1f}")]
-    if t.has_flops:
-        cols += [Column("FLOPs", lambda r, x: _sci(r.train_flops)),
-                 Column("FLOPs ratio", lambda r, x: _x(r.flops_ratio, x))]
-    cols.append(Column("params", lambda r, x: _si(r.params, 2)))
-    if t.steps_differ:
-        cols.append(Column("steps", lambda r, x: DASH if r.steps is None else f"{r.steps:.0f}"))
-    return cols + [runs]
-
-
-# ---------------------------------------------------------------------------------------------
-# A ladder's columns (ablate.report.ladder): per rung the loss and the CM, then the trend
-# ---------------------------------------------------------------------------------------------
-
-def _cm_text(cell, x: str) -> str:
-    """``2.00x [1.60, 2.50]``, ``†`` when extrapolated; ``–`` without a CM."""
-    m = cell.multiplier if cell is not None else None
-    if m is None or m.cm is None:
-        return DASH
-    def num(v: float) -> str:
-        return "∞" if v == float("inf") else f"{v:.2f}"
-    text = f"{num(m.cm)}{x}" + (f" [{num(m.ci_low)}, {num(m.ci_high)}]" if m.ci_low is not None else "")
-    return text + (" †" if m.extrapolated else "")
-
-
-def _trend_text(row: LadderRow) -> str:
-    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``– (2 rungs)``: the reason, shortly."""
-    t = row.trend
-    if t is None:
-        return DASH
-    if t.slope is None:
-        return f"{DASH} ({t.reason.split(':')[0]})" if t.reason else DASH
-    text = f"{t.slope:+.2f}" + (f" [{t.ci_low:+.2f}, {t.ci_high:+.2f}]" if t.ci_low is not None else " (no CI)")
-    return text + (" ‡" if t.scale_dependent else "")
-
-
-def _ladder_columns(t: LadderTable) -> list[Column]:
-    cols = []
-    for rung in t.rungs:
-        cols += [Column(f"{rung} loss", lambda r, x, g=rung: _loss_pm(r.cells.get(g))),
-                 Column(f"{rung} CM", lambda r, x, g=rung: DASH if r.is_baseline else _cm_text(r.cells.get(g), x))]
-    return cols + [Column("trend (log CM / log C)", lambda r, x: DASH if r.is_baseline else _trend_text(r))]
-
-
-def _loss_pm(cell) -> str:
-    if cell is None or cell.loss_mean is None:
-        return DASH
-    return f"{cell.loss_mean:.3f}" + (f" ± {cell.loss_std:.3f}" if cell.loss_std is not None else "")
-
-
-def _multiplier_getter(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
-    def get(t, r):
-        cell = r.cells.get(rung)
-        m = cell.multiplier if cell is not None else None
-        return getattr(m, attr) if m is not None else None
-    return get
-
-
-def _cell_value(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
-    return lambda t, r: getattr(r.cells[rung], attr) if rung in r.cells else None
-
-
-def _trend_value(attr: str) -> Callable[[Any, LadderRow], Any]:
-    return lambda t, r: getattr(r.trend, attr) if r.trend is not None else None
-
-
-def _ladder_fields(t: LadderTable) -> list[Field]:
-    """A ladder's CSV: ``variant``, per rung R ``R_loss``, ``R_loss_std``, ``R_n``, ``R_flops``,
-    ``R_cm``, ``R_cm_ci_low``, ``R_cm_ci_high``, ``R_extrapolated``; then the trend, its CI,
-    ``scale_dependent``, ``trend_note``, and ``overrides``, ``is_baseline``, ``status``."""
-    fields: list[Field] = [_BASE_FIELDS[0]]
-    for g in t.rungs:
-        fields += [(f"{g}_loss", _cell_value(g, "loss_mean")), (f"{g}_loss_std", _cell_value(g, "loss_std")),
-                   (f"{g}_n", _cell_value(g, "n")), (f"{g}_flops", _cell_value(g, "flops")),
-                   (f"{g}_cm", _multiplier_getter(g, "cm")), (f"{g}_cm_ci_low", _multiplier_getter(g, "ci_low")),
-                   (f"{g}_cm_ci_high", _multiplier_getter(g, "ci_high")),
-                   (f"{g}_extrapolated", _multiplier_getter(g, "extrapolated"))]
-    return fields + [("trend", _trend_value("slope")), ("trend_ci_low", _trend_value("ci_low")),
-                     ("trend_ci_high", _trend_value("ci_high")), ("scale_dependent", _trend_value("scale_dependent")),
-                     ("trend_note", _trend_value("reason")), ("overrides", lambda t, r: r.key),
-                     ("is_baseline", lambda t, r: r.is_baseline),
-                     ("status", lambda t, r: r.status)]
-
-
-def _cells(t: SweepTable, row: Row, times: str = "x") -> list[tuple[str, str]]:
-    """A row's human-readable cells (unescaped) and the mark after each, in ``columns`` order."""
-    return [(c.text(row, times), c.mark(row) if c.mark else "") for c in columns(t)]
+def _cells(cols: list[Column], row: Row, times: str = "x") -> list[tuple[str, str]]:
+    """A row's human-readable cells (unescaped) and the mark after each, in ``cols`` order."""
+    return [(c.text(row, times), c.mark(row) if c.mark else "") for c in cols]
 
 
 def title(t: SweepTable) -> str:
@@ -298,20 +43,108 @@ def title(t: SweepTable) -> str:
     return f"{name} (smoke test, not a result)" if t.smoke else name
 
 
+# ---------------------------------------------------------------------------------------------
+# The terminal: rich tables folded to the terminal's width
+# ---------------------------------------------------------------------------------------------
+
+def terminal_width() -> int | None:
+    """The width the terminal table folds to: ``COLUMNS`` when set, else the terminal's when stdout
+    is one. None (never fold) when stdout is a file or a pipe: a file has no width, and a log
+    (SLURM's, CI's) or ``> table.txt`` should hold every column of a row on one line, as the
+    markdown and the CSV do, rather than a layout made for a screen nobody is looking at."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _block_width(widths: list[int]) -> int:
+    return sum(widths) + 3 * len(widths) + 1  # rich's box: "│ cell " per column, then a closing "│"
+
+
+def _fold(cols: list[Column], cells: list[list[str]], width: int | None) -> list[list[tuple[int, int]]]:
+    """The blocks the columns fold into as ``(column index, width)``; each block starts with the
+    variant column (index 0). A cell is never cut: a column is as wide as its widest cell (its
+    header wraps at spaces); the headline columns come first, the others follow in their order."""
+    from rich.cells import cell_len
+
+    need = [max([cell_len(w) for w in c.head.split()] + [cell_len(row[i]) for row in cells])
+            for i, c in enumerate(cols)]
+    natural = [max(n, cell_len(c.head)) for n, c in zip(need, cols)]
+    if width is None or _block_width(natural) <= width:
+        return [list(enumerate(natural))]
+    order = ([i for i, c in enumerate(cols) if i and c.role == HEADLINE]
+             + [i for i, c in enumerate(cols) if i and c.role != HEADLINE])
+    blocks = [[0]]
+    for i in order:
+        if len(blocks[-1]) > 1 and _block_width([need[j] for j in blocks[-1] + [i]]) > width:
+            blocks.append([0])
+        blocks[-1].append(i)
+    sized = []
+    for block in blocks:  # room left in a block unwraps headers, left to right
+        spare = width - _block_width([need[j] for j in block])
+        widths = []
+        for j in block:
+            extra = max(0, min(spare, natural[j] - need[j]))
+            spare -= extra
+            widths.append((j, need[j] + extra))
+        sized.append(widths)
+    return sized
+
+
+def _terminal(t: SweepTable, width: int | None, path: str | None) -> tuple[list, int]:
+    """The renderables of the terminal table (its blocks, the hint when folded, the caption) and
+    the console width they are laid out for."""
+    from rich.table import Table
+    from rich.text import Text
+
+    cols = columns(t)
+    cells = []
+    for row in t.rows:
+        texts = [f"{text} {mark}".rstrip() for text, mark in _cells(cols, row)]
+        texts[0] += " (baseline)" if row.is_baseline else ""
+        cells.append(texts)
+    blocks = _fold(cols, cells, width)
+    out: list = []
+    for k, block in enumerate(blocks):
+        table = Table(title=title(t) if k == 0 else None)
+        for j, w in block:
+            table.add_column(cols[j].head, justify="left" if cols[j].left else "right", width=w)
+        for row, texts in zip(t.rows, cells):
+            table.add_row(*(texts[j] for j, _ in block),
+                          style="bold" if row.is_baseline else ("red" if row.n == 0 else None))
+        out += [table, ""] if k < len(blocks) - 1 else [table]
+    if len(blocks) > 1:
+        out.append(Text(f"(folded to fit; unfolded: ablate-table {path or 'SWEEP_DIR'} --all-columns)", style="dim"))
+    out.append(Text(t.caption()))
+    return out, width or max(80, max(_block_width([w for _, w in b]) for b in blocks))
+
+
 def rich_table(t: SweepTable):
-    """The terminal table as a ``rich.table.Table`` (baseline in bold)."""
+    """The whole terminal table, unfolded, as one ``rich.table.Table`` (baseline in bold)."""
     from rich.table import Table
 
     table = Table(title=title(t), caption=t.caption(), caption_justify="left")
-    for c in columns(t):
+    cols = columns(t)
+    for c in cols:
         table.add_column(c.head, justify="left" if c.left else "right")
     for row in t.rows:
-        cells = [f"{text} {mark}".rstrip() for text, mark in _cells(t, row)]
+        cells = [f"{text} {mark}".rstrip() for text, mark in _cells(cols, row)]
         if row.is_baseline:
             cells[0] += " (baseline)"
-        bad = row.n == 0
-        table.add_row(*cells, style="bold" if row.is_baseline else ("red" if bad else None))
+        table.add_row(*cells, style="bold" if row.is_baseline else ("red" if row.n == 0 else None))
     return table
+
+
+def print_terminal(t: SweepTable, all_columns: bool = False, path: str | None = None) -> None:
+    """Print the terminal table to stdout, in colour on a terminal, folded to its width (unless
+    ``all_columns``); ``path``: the sweep directory the hint names."""
+    from rich.console import Console
+
+    renderables, width = _terminal(t, None if all_columns else terminal_width(), path)
+    console = Console(width=width)
+    for item in renderables:
+        console.print(item)
 
 
 def _md_escape(text: str) -> str:
@@ -324,7 +157,7 @@ def to_markdown(t: SweepTable) -> str:
              "| " + " | ".join(_md_escape(c.head) for c in cols) + " |",
              "|" + "|".join(":---" if c.left else "---:" for c in cols) + "|"]
     for row in t.rows:
-        cells = [_md_escape(text) + (" " + _md_escape(mark) if mark else "") for text, mark in _cells(t, row)]
+        cells = [_md_escape(text) + (" " + _md_escape(mark) if mark else "") for text, mark in _cells(cols, row)]
         if row.is_baseline:
             cells[0] += " (baseline)"
         lines.append("| " + " | ".join(cells) + " |")
@@ -335,45 +168,94 @@ def to_markdown(t: SweepTable) -> str:
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$", "Δ": r"$\Delta$", "×": r"$\times$",
-                  "†": r"$^\dagger$", "‡": r"$^\ddagger$", "∞": r"$\infty$", "τ": r"$\tau$"}
+                  "†": r"$^\dagger$", "‡": r"$^\ddagger$", "∞": r"$\infty$", "τ": r"$\tau$",
+                  "μ": r"$\mu$", "→": r"$\rightarrow$"}
 
 
 def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-def to_latex(t: SweepTable) -> str:
-    cols = columns(t)
+def _span(values: list[int]) -> str:
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+
+
+def latex_caption(t: SweepTable) -> str:
+    """The LaTeX caption, one sentence (unescaped): what is compared, over how many seeds, against
+    which baseline; the statistics are in the note under the table (``latex_note``)."""
+    if isinstance(t, LadderTable):
+        ns = sorted({c.n for r in t.rows for c in r.cells.values()}) or [0]
+        what = (f"Compute multiplier (CM) at equal loss of each variant vs the baseline ({t.baseline}) "
+                f"per model size [95% CI] and its trend with scale; n = {_span(ns)} seeds per cell")
+    else:
+        ns = sorted({r.n for r in t.flat}) or [0]
+        metric = f"{t.metric} on the test split (%)" if len(t.metrics) < 2 else "each task's own metric (%)"
+        what = f"Mean ± std over n = {_span(ns)} seeds of {metric}"
+        what += (f" per {t.columns_key}; avg: mean over the columns; baseline: {t.baseline}" if t.pivoted
+                 else f"; Δ: difference to the baseline ({t.baseline}) in points [95% CI]")
+    return f"{title(t)}. {what}."
+
+
+def latex_note(t: SweepTable, all_columns: bool = False) -> str:
+    """The note under the LaTeX table (unescaped): the test behind the marks and the Δ CIs, the
+    correction, where speed comes from, the budget and tuning; the whole caption for every column,
+    a pivot or a ladder (whose columns it all describes)."""
+    if all_columns or t.pivoted or isinstance(t, LadderTable):
+        return t.caption()
+    parts = [f"SMOKE TEST ({t.smoke_note()}), not a result"] if t.smoke else []
+    if len(t.metrics) > 1:
+        parts.append(t.metric_note())
+    if t.beyond_lengths is not None:
+        parts.append("each run's accuracy at its own training length (task.seq_len)")
+    if t.extra_lengths:
+        trained = f"trained at length {t.train_length}; " if t.train_length else ""
+        parts.append(f"{trained}acc@L: accuracy at evaluation length L")
+    parts += [t.test_note(), t.speed_note]
+    if t.sharing and t.speed_source == "records":
+        parts.append(t.sharing_note())
+    parts += [note for note in (t.budget_note(), t.tune_note(t.flat), t.transfer_note()) if note]
+    parts.append("diverged/failed runs are excluded from means")
+    return "; ".join(parts) + "."
+
+
+# A column of a two-column paper (ICML, CVPR 234pt, ACL 219pt) at \small with \tabcolsep 4pt: ~4.2pt
+# a character, ~2 characters of gap a column. In a one-column class table* is table, so a table
+# estimated wider than this goes in a table* and is never wrong: it spans both columns or fits the page.
+_ONE_COLUMN_CHARS = 56
+
+
+def _fits_one_column(cols: list[Column], cells: list[list[str]]) -> bool:
+    widths = [max([len(c.head)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    return sum(widths) + 2 * len(cols) <= _ONE_COLUMN_CHARS
+
+
+def to_latex(t: SweepTable, all_columns: bool = False) -> str:
+    """The paper table: the headline and paper columns (variant, accuracy ± std with its marks,
+    Δ [95% CI], evaluated lengths, lr, speed, params; a pivot's cells; a ladder's CMs and trend)
+    in a ``table`` when it fits a column of a two-column paper, else a ``table*``; with
+    ``all_columns`` every column, in a ``table*``."""
+    cols = columns(t) if all_columns else [c for c in columns(t) if c.role != DETAIL]
+    plain = [[text + mark for text, mark in _cells(cols, row)] for row in t.rows]
+    env = "table" if not all_columns and _fits_one_column(cols, plain) else "table*"
     heads = [latex_escape(c.head[:1].upper() + c.head[1:]) for c in cols]
-    align = "".join("l" if c.left else "r" for c in cols)
     lines = [
-        r"% generated by ablate-table; needs \usepackage{booktabs}",
-        r"\begin{table}[t]", r"\centering", r"\small",
-        rf"\caption{{{latex_escape(title(t))}. {latex_escape(t.caption())}}}",
+        r"% generated by ablate-table; needs \usepackage{booktabs}"
+        + ("" if all_columns else "; every column (table*): ablate-table SWEEP_DIR -f latex --all-columns"),
+        rf"\begin{{{env}}}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+        rf"\caption{{{latex_escape(latex_caption(t))}}}",
         rf"\label{{tab:ablate-{re.sub(r'[^A-Za-z0-9_-]', '-', t.experiment or 'sweep')}}}",
-        rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(heads) + r" \\", r"\midrule",
+        rf"\begin{{tabular}}{{{''.join('l' if c.left else 'r' for c in cols)}}}",
+        r"\toprule", " & ".join(heads) + r" \\", r"\midrule",
     ]
     for row in t.rows:
         cells = [latex_escape(text).replace("\x00", r"$\times$") + (f"$^{{{mark}}}$" if mark else "")
-                 for text, mark in _cells(t, row, times="\x00")]
-        if row.is_baseline:
+                 for text, mark in _cells(cols, row, times="\x00")]
+        if row.is_baseline and all_columns:  # the paper table names the baseline in its caption
             cells[0] += " (baseline)"
         lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
+              rf"{{\footnotesize\raggedright {latex_escape(latex_note(t, all_columns))}\par}}", rf"\end{{{env}}}", ""]
     return "\n".join(lines)
-
-
-def csv_columns(t: SweepTable) -> list[str]:
-    """The CSV's column names: ``CSV_COLUMNS``, then those of ``OPTIONAL_CSV_COLUMNS`` the records
-    support and ``acc@L``/``acc@L_std`` per evaluated length when there are several; a pivoted
-    table has per column value V ``V``, ``V_std``, ``V_n``, ``V_delta``, ... and ``avg`` instead."""
-    return [name for name, _ in csv_fields(t)]
-
-
-def csv_rows(t: SweepTable) -> list[list[Any]]:
-    """The table as raw values (None where unknown), in ``csv_columns`` order."""
-    fields = csv_fields(t)
-    return [[get(t, r) for _, get in fields] for r in t.rows]
 
 
 def to_csv(t: SweepTable) -> str:
@@ -385,18 +267,23 @@ def to_csv(t: SweepTable) -> str:
     return buf.getvalue()
 
 
-def render(table: SweepTable, fmt: str = "terminal", width: int = 200) -> str:
-    """The table as text: ``terminal`` (rich, plain text), ``markdown``, ``latex`` or ``csv``."""
+def render(table: SweepTable, fmt: str = "terminal", width: int | None = None, all_columns: bool = False,
+           path: str | None = None) -> str:
+    """The table as text: ``terminal`` (rich, plain text; folded to ``width``, by default the
+    terminal's, ``terminal_width``; ``all_columns``: never folded; ``path``: the sweep directory the
+    hint names), ``markdown``, ``latex`` (``all_columns``: every column, ``table*``) or ``csv``."""
     if fmt == "terminal":
         from rich.console import Console
 
-        console = Console(file=io.StringIO(), record=True, width=width, color_system=None)
-        console.print(rich_table(table))
-        return console.export_text()
+        renderables, console_width = _terminal(table, None if all_columns else width or terminal_width(), path)
+        console = Console(file=io.StringIO(), width=console_width, color_system=None)
+        for item in renderables:
+            console.print(item)
+        return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
     if fmt == "markdown":
         return to_markdown(table)
     if fmt == "latex":
-        return to_latex(table)
+        return to_latex(table, all_columns)
     if fmt == "csv":
         return to_csv(table)
     raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")

@@ -1,0 +1,311 @@
+"""What a table shows: its columns, for every format.
+
+``columns`` (human formats: terminal, markdown, LaTeX, report.html) and ``csv_fields`` (the CSV
+and the wandb.Table) are the one place that decides which columns a table has; ``formats``
+renders those. Human columns show accuracy in percent with ± std and marks, and Δ to the baseline
+in points with its 95% CI; each has a ``role``: ``HEADLINE`` columns (the variant, accuracy, Δ; a
+pivot's cells; a ladder's CMs and trend) head the terminal table when it folds to fit and, with
+the ``PAPER`` ones, make the default LaTeX table. The CSV (and the wandb.Table,
+``ablate.report.publish``) carries the raw values (fractions, None as empty) in ``CSV_COLUMNS``,
+then the ``OPTIONAL_CSV_COLUMNS`` the records support, then ``acc@L`` and ``acc@L_std`` for each
+evaluated length when more than one was evaluated (``csv_columns``). Its ``metric`` column is
+each row's own metric (tasks' metrics can differ). A pivoted table (``SweepTable.columns_key``)
+has one accuracy column per value of that key and ``avg``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ablate.report.caption import sci
+from ablate.report.ladder import LadderRow, LadderTable
+from ablate.report.table import Row, SweepTable
+
+DASH = "–"
+
+
+# ---------------------------------------------------------------------------------------------
+# The columns: the one place that decides what every format shows
+# ---------------------------------------------------------------------------------------------
+
+Field = tuple[str, Callable[[SweepTable, Row], Any]]
+
+
+def _count(row: Row, status: str) -> int:
+    return row.counts.get(status, 0)
+
+
+def _int_if_whole(value: float | None) -> float | int | None:
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+# The columns of the CSV and of the wandb.Table, in order (the first eight are the paper table's);
+# every table has these. Records with the newer keys add OPTIONAL_CSV_COLUMNS, extrapolation sweeps
+# acc@L and acc@L_std per evaluated length (csv_columns).
+_BASE_FIELDS: list[Field] = [
+    ("variant", lambda t, r: r.label),
+    ("accuracy_mean", lambda t, r: r.accuracy_mean),
+    ("accuracy_std", lambda t, r: r.accuracy_std),
+    ("n", lambda t, r: r.n),
+    ("speed_ratio", lambda t, r: r.speed_ratio),
+    ("memory_ratio", lambda t, r: r.memory_ratio),
+    ("params", lambda t, r: r.params),
+    ("status", lambda t, r: r.status),
+    ("loss_mean", lambda t, r: r.loss_mean),
+    ("tokens_per_s", lambda t, r: r.tokens_per_s),
+    ("memory_mib", lambda t, r: r.memory_mib),
+    ("p_value", lambda t, r: r.p_value),
+    ("n_ok", lambda t, r: r.n),
+    ("n_diverged", lambda t, r: _count(r, "diverged")),
+    ("n_failed", lambda t, r: _count(r, "failed")),
+    ("speed_source", lambda t, r: t.speed_source),
+    ("metric", lambda t, r: r.metric or t.metric),
+    ("n_running", lambda t, r: _count(r, "running")),
+    ("n_interrupted", lambda t, r: _count(r, "interrupted")),
+    ("overrides", lambda t, r: r.key),
+    ("is_baseline", lambda t, r: r.is_baseline),
+    ("delta", lambda t, r: r.delta),
+    ("delta_ci_low", lambda t, r: r.delta_ci_low),
+    ("delta_ci_high", lambda t, r: r.delta_ci_high),
+    ("p_corrected", lambda t, r: r.p_corrected),
+    ("n_paired", lambda t, r: r.n_paired),
+    ("steps", lambda t, r: _int_if_whole(r.steps)),
+]
+CSV_COLUMNS = [name for name, _ in _BASE_FIELDS]
+
+# Present when the records have what they need: training FLOPs, the validation loss at 25% and at
+# the end, a tuned sweep's lr (sweep.json's tune block).
+_OPTIONAL_FIELDS: dict[str, list[Field]] = {
+    "flops": [("flops_per_token", lambda t, r: r.flops_per_token), ("train_flops", lambda t, r: r.train_flops),
+              ("flops_ratio", lambda t, r: r.flops_ratio)],
+    "losses": [("early_loss", lambda t, r: r.early_loss), ("final_loss", lambda t, r: r.final_loss)],
+    "tune": [("lr", lambda t, r: r.lr), ("delta_default_lr", lambda t, r: r.delta_default_lr)],
+}
+OPTIONAL_CSV_COLUMNS = {group: [name for name, _ in fields] for group, fields in _OPTIONAL_FIELDS.items()}
+
+# A pivoted table's CSV: per column value V, these (V itself is the mean), then avg and the run counts.
+_CELL_FIELDS: list[tuple[str, Callable[[Row], Any]]] = [
+    ("", lambda r: r.accuracy_mean), ("_std", lambda r: r.accuracy_std), ("_n", lambda r: r.n),
+    ("_delta", lambda r: r.delta), ("_delta_ci_low", lambda r: r.delta_ci_low),
+    ("_delta_ci_high", lambda r: r.delta_ci_high), ("_p_value", lambda r: r.p_value),
+    ("_p_corrected", lambda r: r.p_corrected),
+]
+_TUNED_CELL_FIELDS = [("_lr", lambda r: r.lr), ("_delta_default_lr", lambda r: r.delta_default_lr)]
+_PIVOT_TAIL: list[Field] = [
+    ("avg", lambda t, r: r.avg), ("status", lambda t, r: r.status), ("n_ok", lambda t, r: r.n),
+    ("n_diverged", lambda t, r: _count(r, "diverged")), ("n_failed", lambda t, r: _count(r, "failed")),
+    ("n_running", lambda t, r: _count(r, "running")), ("n_interrupted", lambda t, r: _count(r, "interrupted")),
+    ("metric", lambda t, r: r.metric or t.metric), ("overrides", lambda t, r: r.key),
+    ("is_baseline", lambda t, r: r.is_baseline),
+]
+
+
+def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable, Row], Any]:
+    return lambda t, r: get(r.cells[value]) if value in r.cells else None
+
+
+def csv_fields(t: SweepTable) -> list[Field]:
+    """The CSV's (and the wandb.Table's) columns as ``(name, getter(table, row))``, in order."""
+    if isinstance(t, LadderTable):
+        return _ladder_fields(t)
+    if t.pivoted:
+        fields: list[Field] = [_BASE_FIELDS[0]]
+        for v in t.column_values:
+            for suffix, get in _CELL_FIELDS + (_TUNED_CELL_FIELDS if t.tuned else []):
+                fields.append((f"{v}{suffix}", _cell_getter(v, get)))
+        return fields + _PIVOT_TAIL
+    fields = list(_BASE_FIELDS)
+    for group, present in (("flops", t.has_flops), ("losses", t.has_losses), ("tune", t.tuned)):
+        if present:
+            fields += _OPTIONAL_FIELDS[group]
+    for L in t.length_columns:
+        fields += [(f"acc@{L}", lambda t, r, L=L: r.eval.get(L, (None, None))[0]),
+                   (f"acc@{L}_std", lambda t, r, L=L: r.eval.get(L, (None, None))[1])]
+    return fields
+
+
+def _pct(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return DASH
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def _x(ratio: float | None, times: str = "x") -> str:
+    return DASH if ratio is None else f"{ratio:.2f}{times}"
+
+
+def _si(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return DASH
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.{digits}f}{unit}"
+    return f"{value:.0f}"
+
+
+def _sci(value: float | None) -> str:
+    return DASH if value is None else sci(value)
+
+
+def _delta(row: Row, ci: bool = True) -> str:
+    """``-11.0 [-12.3, -9.7]``: the difference to the baseline in points, with its 95% CI."""
+    if row.delta is None or row.is_baseline:
+        return DASH
+    text = f"{100 * row.delta:+.1f}"
+    if ci and row.delta_ci_low is not None:
+        text += f" [{100 * row.delta_ci_low:+.1f}, {100 * row.delta_ci_high:+.1f}]"
+    return text
+
+
+def _loss(value: float | None) -> str:
+    return DASH if value is None else f"{value:.3f}"
+
+
+# A column's role: what the terminal keeps in its first block when it folds, and the LaTeX table shows.
+HEADLINE = "headline"  # the comparison itself: first block of a folded terminal table, the paper table
+PAPER = "paper"        # the paper table too (what a reader of the paper needs next: speed, params, lr)
+DETAIL = "detail"      # every other column: terminal (further blocks), markdown, --all-columns LaTeX
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the human formats: its header, its cell (unescaped; ``times`` is the ratio
+    sign), for accuracy cells the significance mark that follows the cell, and its ``role``."""
+
+    head: str
+    text: Callable[[Row, str], str]
+    mark: Callable[[Row], str] | None = None
+    left: bool = False
+    role: str = DETAIL
+
+
+def columns(t: SweepTable) -> list[Column]:
+    """The columns of the terminal, markdown and LaTeX tables, in order."""
+    variant = Column("variant", lambda r, x: r.label, left=True, role=HEADLINE)
+    if isinstance(t, LadderTable):
+        return [variant, *_ladder_columns(t)]
+    runs = Column("runs", lambda r, x: r.status, left=True)
+    if t.pivoted:
+        cells = [Column(f"{t.column_label(v)} (%)",
+                        lambda r, x, v=v: _pct(r.cells[v].accuracy_mean, r.cells[v].accuracy_std) if v in r.cells
+                        else DASH,
+                        mark=lambda r, v=v: r.cells[v].mark if v in r.cells else "", role=HEADLINE)
+                 for v in t.column_values]
+        return [variant, *cells, Column("avg (%)", lambda r, x: _pct(r.avg, None), role=HEADLINE), runs]
+    acc = f"acc@{t.train_length} (%)" if t.extra_lengths and t.train_length else "accuracy (%)"
+    cols = [variant, Column(acc, lambda r, x: _pct(r.accuracy_mean, r.accuracy_std), mark=lambda r: r.mark,
+                            role=HEADLINE)]
+    cols += [Column(f"acc@{L} (%)", lambda r, x, L=L: _pct(*r.eval.get(L, (None, None))), role=PAPER)
+             for L in t.extra_lengths]
+    at = " @ tuned lr" if t.tuned else ""
+    cols.append(Column(f"Δ{at} (pts, 95% CI)", lambda r, x: _delta(r), role=HEADLINE))
+    if t.tuned:
+        cols += [Column("Δ @ default lr (pts)",
+                        lambda r, x: DASH if r.delta_default_lr is None or r.is_baseline
+                        else f"{100 * r.delta_default_lr:+.1f}"),
+                 Column("lr", lambda r, x: DASH if r.lr is None else f"{r.lr:g}", role=PAPER)]
+    cols.append(Column("loss", lambda r, x: _loss(r.loss_mean)))
+    if t.has_losses:
+        cols += [Column("early loss", lambda r, x: _loss(r.early_loss)),
+                 Column("final loss", lambda r, x: _loss(r.final_loss))]
+    cols += [Column("speed", lambda r, x: _x(r.speed_ratio, x), role=PAPER),
+             Column("tokens/s", lambda r, x: _si(r.tokens_per_s)),
+             Column("memory", lambda r, x: _x(r.memory_ratio, x)),
+             Column("MiB", lambda r, x: DASH if r.memory_mib is None else f"{r.memory_mib:.1f}")]
+    if t.has_flops:
+        cols += [Column("FLOPs", lambda r, x: _sci(r.train_flops)),
+                 Column("FLOPs ratio", lambda r, x: _x(r.flops_ratio, x))]
+    cols.append(Column("params", lambda r, x: _si(r.params, 2), role=PAPER))
+    if t.steps_differ:
+        cols.append(Column("steps", lambda r, x: DASH if r.steps is None else f"{r.steps:.0f}"))
+    return cols + [runs]
+
+
+# ---------------------------------------------------------------------------------------------
+# A ladder's columns (ablate.report.ladder): per rung the loss and the CM, then the trend
+# ---------------------------------------------------------------------------------------------
+
+def _cm_text(cell, x: str) -> str:
+    """``2.00x [1.60, 2.50]``, ``†`` when extrapolated; ``–`` without a CM."""
+    m = cell.multiplier if cell is not None else None
+    if m is None or m.cm is None:
+        return DASH
+    def num(v: float) -> str:
+        return "∞" if v == float("inf") else f"{v:.2f}"
+    text = f"{num(m.cm)}{x}" + (f" [{num(m.ci_low)}, {num(m.ci_high)}]" if m.ci_low is not None else "")
+    return text + (" †" if m.extrapolated else "")
+
+
+def _trend_text(row: LadderRow) -> str:
+    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``– (2 rungs)``: the reason, shortly."""
+    t = row.trend
+    if t is None:
+        return DASH
+    if t.slope is None:
+        return f"{DASH} ({t.reason.split(':')[0]})" if t.reason else DASH
+    text = f"{t.slope:+.2f}" + (f" [{t.ci_low:+.2f}, {t.ci_high:+.2f}]" if t.ci_low is not None else " (no CI)")
+    return text + (" ‡" if t.scale_dependent else "")
+
+
+def _ladder_columns(t: LadderTable) -> list[Column]:
+    cols = []
+    for rung in t.rungs:
+        cols += [Column(f"{rung} loss", lambda r, x, g=rung: _loss_pm(r.cells.get(g))),
+                 Column(f"{rung} CM", lambda r, x, g=rung: DASH if r.is_baseline else _cm_text(r.cells.get(g), x),
+                        role=HEADLINE)]
+    return cols + [Column("trend (log CM / log C)", lambda r, x: DASH if r.is_baseline else _trend_text(r),
+                          role=HEADLINE)]
+
+
+def _loss_pm(cell) -> str:
+    if cell is None or cell.loss_mean is None:
+        return DASH
+    return f"{cell.loss_mean:.3f}" + (f" ± {cell.loss_std:.3f}" if cell.loss_std is not None else "")
+
+
+def _multiplier_getter(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
+    def get(t, r):
+        cell = r.cells.get(rung)
+        m = cell.multiplier if cell is not None else None
+        return getattr(m, attr) if m is not None else None
+    return get
+
+
+def _cell_value(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
+    return lambda t, r: getattr(r.cells[rung], attr) if rung in r.cells else None
+
+
+def _trend_value(attr: str) -> Callable[[Any, LadderRow], Any]:
+    return lambda t, r: getattr(r.trend, attr) if r.trend is not None else None
+
+
+def _ladder_fields(t: LadderTable) -> list[Field]:
+    """A ladder's CSV: ``variant``, per rung R ``R_loss``, ``R_loss_std``, ``R_n``, ``R_flops``,
+    ``R_cm``, ``R_cm_ci_low``, ``R_cm_ci_high``, ``R_extrapolated``; then the trend, its CI,
+    ``scale_dependent``, ``trend_note``, and ``overrides``, ``is_baseline``, ``status``."""
+    fields: list[Field] = [_BASE_FIELDS[0]]
+    for g in t.rungs:
+        fields += [(f"{g}_loss", _cell_value(g, "loss_mean")), (f"{g}_loss_std", _cell_value(g, "loss_std")),
+                   (f"{g}_n", _cell_value(g, "n")), (f"{g}_flops", _cell_value(g, "flops")),
+                   (f"{g}_cm", _multiplier_getter(g, "cm")), (f"{g}_cm_ci_low", _multiplier_getter(g, "ci_low")),
+                   (f"{g}_cm_ci_high", _multiplier_getter(g, "ci_high")),
+                   (f"{g}_extrapolated", _multiplier_getter(g, "extrapolated"))]
+    return fields + [("trend", _trend_value("slope")), ("trend_ci_low", _trend_value("ci_low")),
+                     ("trend_ci_high", _trend_value("ci_high")), ("scale_dependent", _trend_value("scale_dependent")),
+                     ("trend_note", _trend_value("reason")), ("overrides", lambda t, r: r.key),
+                     ("is_baseline", lambda t, r: r.is_baseline),
+                     ("status", lambda t, r: r.status)]
+
+
+def csv_columns(t: SweepTable) -> list[str]:
+    """The CSV's column names: ``CSV_COLUMNS``, then those of ``OPTIONAL_CSV_COLUMNS`` the records
+    support and ``acc@L``/``acc@L_std`` per evaluated length when there are several; a pivoted
+    table has per column value V ``V``, ``V_std``, ``V_n``, ``V_delta``, ... and ``avg`` instead."""
+    return [name for name, _ in csv_fields(t)]
+
+
+def csv_rows(t: SweepTable) -> list[list[Any]]:
+    """The table as raw values (None where unknown), in ``csv_columns`` order."""
+    fields = csv_fields(t)
+    return [[get(t, r) for _, get in fields] for r in t.rows]
