@@ -357,18 +357,14 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
         return None
     import warnings
 
-    import torch
+    from ablate.tracking import define_metrics, init_run, job_notes, job_run_id, job_tags, wants_system_metrics
 
-    from ablate.tracking import define_metrics, init_run, job_notes, job_run_id, job_tags
-
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
-    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     try:
         run = init_run(name=job.name, group=group, job_type="train", project=cfg.logger.project,
                        entity=cfg.logger.get("entity"), config=_wandb_config(resolved, job), dir=job.dir,
                        tags=job_tags(cfg.logger.get("tags") or [], cfg.experiment.name, cfg.smoke is True),
                        notes=job_notes(cfg.logger.get("notes"), job.overrides), run_id=job_run_id(job.dir, run_id),
-                       system_metrics=gpu)  # CPU runs: off, they cost speed there (README, "wandb")
+                       system_metrics=wants_system_metrics(cfg.trainer))
         if run is not None:
             define_metrics(run)
         return run

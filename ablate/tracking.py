@@ -94,6 +94,20 @@ def wandb_mode() -> str:
     return "online"
 
 
+def wants_system_metrics(trainer: Any) -> bool:
+    """Whether a job of this ``trainer`` node logs wandb's system metrics (CPU, memory, GPU
+    utilisation and memory charts): on a GPU (``accelerator`` gpu/cuda, or auto with one visible);
+    on a CPU they cost speed (3.5% on a 2-core machine: docs/wandb.md)."""
+    accelerator = str((trainer or {}).get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda"):
+        return True
+    if accelerator != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def init_run(*, name: str, group: str, job_type: str, config: dict[str, Any] | None, dir: str | Path,
              project: str | None = None, entity: str | None = None, tags: Iterable[str] | None = None,
              notes: str | None = None, run_id: str | None = None, system_metrics: bool = False) -> Any:

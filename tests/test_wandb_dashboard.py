@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 from conftest import BIN, cli_env, compose_cfg, records, run_cli, wandb_summary
 from test_report_layout import tuned_sweep
-from test_table_run import artifacts, wandb_log
+from test_table_run import artifacts, of_type, wandb_log
 
 from ablate.config import config_problems
 from ablate.report import build_table, load_records, log_to_wandb
@@ -159,3 +159,35 @@ def test_the_table_run_logs_every_figure_and_the_artifact_even_unsaved(tmp_path:
     (table_artifact,) = [a for a in artifacts(wandb_log(run_dir)).values() if a["type"] == "ablation-table"]
     assert set(table_artifact["files"]) >= {"curves.png", "lr.png", "sweep.json", "table.csv", "table.md", "table.png",
                                             "table.tex", "report.html"}
+
+
+def test_system_metrics_are_for_gpu_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU wandb's system charts are on, on a CPU off (they cost speed there)."""
+    import torch
+
+    from ablate.tracking import wants_system_metrics
+
+    assert wants_system_metrics({"accelerator": "gpu"}) and wants_system_metrics({"accelerator": "cuda"})
+    assert not wants_system_metrics({"accelerator": "cpu"})
+    assert wants_system_metrics({"accelerator": "auto"}) == torch.cuda.is_available()
+    assert wants_system_metrics(compose_cfg(["trainer=gpu"]).trainer)
+    assert not wants_system_metrics(compose_cfg(["trainer=cpu"]).trainer)
+
+
+@pytest.mark.slow  # wandb's service process
+def test_a_run_with_system_metrics_logs_them_and_one_without_does_not(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from ablate.tracking import init_run, run_dir
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB__STATS_SAMPLING_INTERVAL", "0.2")  # wandb's x_stats_sampling_interval
+    logged = {}
+    for on in (True, False):
+        run = init_run(name=f"stats-{on}", group="g", job_type="train", config={}, dir=tmp_path / str(on),
+                       system_metrics=on)
+        time.sleep(1.5)  # several sampling intervals
+        run.log({"x": 1})
+        run.finish()
+        logged[on] = of_type(wandb_log(run_dir(run)), "stats")
+    assert logged[True], "no system metrics were logged"
+    assert not logged[False]
