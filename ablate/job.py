@@ -244,7 +244,10 @@ class Job:
                 lock.close()
                 return True
         lock.truncate(0)
-        lock.write(f"{os.getpid()} {os.getppid()}\n")
+        # who trains it, and the sweep process that launched it (under submitit_local a helper
+        # process stands between them, so the launcher is named, not only the parent)
+        launcher = os.environ.get(LAUNCHER_PID_ENV, "")
+        lock.write(f"{os.getpid()} {launcher if launcher.isdigit() else os.getppid()}\n")
         lock.flush()
         self._lock = lock
         return True
@@ -277,8 +280,9 @@ class Job:
 
 
 def lock_holder(job_dir: str | Path) -> tuple[int, int] | None:
-    """``(pid, parent pid)`` of the live process training the job in ``job_dir`` (holding its
-    :data:`JOB_LOCK`); None when no process holds it."""
+    """``(pid, launcher pid)`` of the live process training the job in ``job_dir`` (holding its
+    :data:`JOB_LOCK`): the launcher is the sweep process that started it (a parallel sweep's,
+    :data:`LAUNCHER_PID_ENV`), else its parent; None when no process holds it."""
     try:
         import fcntl
     except ImportError:

@@ -74,7 +74,7 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
 
         share_service()  # the job processes on this machine log through this process's wandb service
     try:
-        with _StopWorkers(sweep_dir, active=launcher == "joblib"), \
+        with _StopWorkers(sweep_dir, active=launcher in ("joblib", "submitit_local")), \
                 _JobLines(sweep_dir, active=launcher.startswith("submitit")):
             return _run_stages(sweeper, plan, sweep_dir)
     except KeyboardInterrupt:
@@ -185,12 +185,14 @@ class _JobLines:
 
 
 class _StopWorkers:
-    """In the process that launches a joblib sweep: a stop (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) is
-    passed on as SIGTERM to the workers' running jobs (found by their job locks, ``ablate.job``),
+    """In the process that launches a joblib or submitit_local sweep: a stop (Ctrl-C, SIGTERM, SIGHUP,
+    SIGUSR1/2) is passed on as SIGTERM to the running jobs (found by their job locks, ``ablate.job``),
     each of which stops at its step boundary and records ``interrupted``; once they have, the sweep
-    exits (joblib then ends its idle workers). Without this the launching process died alone and
-    its workers went on training the remaining jobs. Workers also stop if this process is killed
-    outright (``ablate.job.stop_with_launcher``). A second signal while waiting exits at once."""
+    exits (joblib then ends its idle workers; submitit's waiting jobs were never started). Without
+    this the launching process died alone and its jobs went on training. joblib's workers also stop
+    if this process is killed outright (``ablate.job.stop_with_launcher``); submitit's job processes
+    are its helper's children, not this process's, so a SIGKILL of the launcher leaves them running.
+    A second signal while waiting exits at once."""
 
     def __init__(self, sweep_dir: Path, active: bool, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.active, self.wait_s = sweep_dir, active, wait_s

@@ -106,3 +106,38 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     assert all(r["status"] == "interrupted" and r["metrics"]["resumed_from_step"] > 0 for r in recs), recs
     time.sleep(1)
     assert _processes_in(workdir) == []
+
+
+def _processes_of(sweep: Path) -> list[int]:
+    """The live processes whose command line names ``sweep`` (a sweep's launcher and its jobs)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(sweep) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds processes through /proc (Linux)")
+def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list[str]) -> None:
+    """SIGTERM to the process that launched a submitit_local sweep reaches its running jobs (whose
+    parent is submitit's helper process, not the launcher): each records interrupted, none is left."""
+    sweep = workdir / "sweep"
+    first = _launch(["-m", "seed=0,1", *tiny, "trainer.max_steps=1000000", "logger=csv",
+                     "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}"], workdir)
+    try:
+        _wait(lambda: len(list(sweep.glob("*/metrics.csv"))) == 2 or first.poll() is not None, 200, "two jobs training")
+        os.kill(first.pid, signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+        assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        time.sleep(2)  # an orphaned job would go on training
+        assert _processes_of(sweep) == [], "no job goes on training after its sweep was stopped"
+        recs = records(sweep)
+        assert [r["status"] for r in recs] == ["interrupted", "interrupted"], [r["error"] for r in recs]
+    finally:
+        for pid in _processes_of(sweep):
+            os.kill(pid, signal.SIGKILL)
