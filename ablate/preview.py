@@ -36,6 +36,7 @@ from omegaconf import DictConfig
 from ablate.jobdir import job_dir_name
 from ablate.planner import LR_KEY, Planner, directory_conflict, variant_configs
 from ablate.results import read_record, record_problems
+from ablate.run import duration_text
 from ablate.sweep import SweepPlan, job_signature
 
 # Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`
@@ -177,8 +178,8 @@ def start_line(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> str:
         return line + ", nothing left to run"
     if shown.estimated:
         low, high = shown.seconds_range
-        spread = f"{_duration(low)} to {_duration(high)}, " if high - low >= 1 else ""
-        return line + f", about {_duration(shown.seconds)} here ({spread}{_sources(shown)})"
+        spread = f"{duration_text(low)} to {duration_text(high)}, " if high - low >= 1 else ""
+        return line + f", about {duration_text(shown.seconds)} here ({spread}{_sources(shown)})"
     return line + f"; for an estimate: ablate --plan {' '.join(planner.arguments)}".rstrip()
 
 
@@ -321,12 +322,6 @@ def _sources(plan: Preview) -> str:
     return "; ".join(parts)
 
 
-def _duration(seconds: float) -> str:
-    minutes, s = divmod(int(round(seconds)), 60)
-    hours, m = divmod(minutes, 60)
-    return f"{hours} h {m} min" if hours else f"{m} min {s} s" if m else f"{s} s"
-
-
 def render(plan: Preview) -> str:
     lines = [f"ablate --plan: {len(plan.jobs)} job(s) in {plan.sweep_dir} (nothing is trained, nothing is written there)"]
     if plan.note:
@@ -337,7 +332,7 @@ def render(plan: Preview) -> str:
     for job in plan.jobs:
         per_step = f"{job.step_time_s:.3f}" if job.step_time_s else "-"
         flops = f"{job.flops:.1e}".replace("e+", "e") if job.flops else "-"
-        estimate = _duration(job.seconds) if job.seconds is not None else "-"
+        estimate = duration_text(job.seconds) if job.seconds is not None else "-"
         lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<12} "
                      f"{job.steps:>7}  {flops:>7}  {per_step:>7}  {estimate:>9}")
     todo = plan.to_run
@@ -346,10 +341,10 @@ def render(plan: Preview) -> str:
     if todo and plan.estimates:
         low, high = plan.seconds_range
         at_once = "one job after another" if plan.parallel == 1 else f"{plan.parallel} jobs at once"
-        spread = f"{_duration(low)} to {_duration(high)}" if high - low >= 1 else "no spread to show"
-        lines.append(f"estimated time on this machine, {at_once}: about {_duration(plan.seconds)} "
+        spread = f"{duration_text(low)} to {duration_text(high)}" if high - low >= 1 else "no spread to show"
+        lines.append(f"estimated time on this machine, {at_once}: about {duration_text(plan.seconds)} "
                      f"({spread}; step times {_sources(plan)})")
-        setup = f"{_duration(plan.setup_s)} of start-up and planning, " if plan.setup_s else ""
+        setup = f"{duration_text(plan.setup_s)} of start-up and planning, " if plan.setup_s else ""
         lines.append(f"  includes {setup}each job's set-up, evaluation and logging (from its records where "
                      f"there are, else ~{JOB_OVERHEAD_S:g} s + {EVAL_LENGTH_S:g} s per longer evaluation "
                      f"length) and ~{JOB_GAP_S:g} s between jobs")
