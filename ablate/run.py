@@ -46,13 +46,17 @@ def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
 
 
 class _InterruptWatch:
-    """Notes a Ctrl-C (SIGINT) from the start of a job's set-up, then lets it act as before
-    (KeyboardInterrupt), so the record can say ``interrupted`` rather than ``failed``: a relaunch
-    reruns the job and tables do not count it as a failure. While :attr:`holding` (wandb starts) it
-    is only noted, and acts when :meth:`act_on_held` is called; once :meth:`settle` is called (the
-    record is being written) it is only noted: the job stops once its record is written."""
+    """Ctrl-C (SIGINT) from the start of a job's set-up, so that the record says ``interrupted``
+    rather than ``failed`` (a relaunch reruns the job; tables do not count it as a failure). The
+    first Ctrl-C stops the job as a stop signal does (``_StopSignals.request``): during set-up at
+    once, during training at the end of its step with a checkpoint, so no exception is raised inside
+    whatever library code the step is in (one raised inside a lock it holds can hang the shutdown);
+    a second Ctrl-C raises KeyboardInterrupt at once. While :attr:`holding` (wandb starts) it is only
+    noted, and acts when :meth:`act_on_held` is called; once :meth:`settle` is called (the record is
+    being written) it is only noted: the job stops once its record is written."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: "_StopSignals") -> None:
+        self.stop = stop
         self.seen = False
         self.settled = False
         self.holding = False
@@ -61,8 +65,11 @@ class _InterruptWatch:
     def _handler(self, signum: int, frame: Any) -> None:
         if self._previous == signal.SIG_IGN:
             return
-        self.seen = True
+        first, self.seen = not self.seen, True
         if self.settled or self.holding:
+            return
+        if first:
+            self.stop.request(signum)  # set-up: raises lit.Preempted here; training: at the step's end
             return
         if callable(self._previous):
             self._previous(signum, frame)
@@ -70,7 +77,7 @@ class _InterruptWatch:
 
     def act_on_held(self) -> None:
         if self.seen and not self.settled:
-            raise KeyboardInterrupt
+            self.stop.request(signal.SIGINT)
 
     def settle(self) -> None:
         self.settled = True
@@ -150,7 +157,8 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
     }
     run = None
     started = time.perf_counter()
-    interrupt, stop = _InterruptWatch(), _StopSignals()
+    stop = _StopSignals()
+    interrupt = _InterruptWatch(stop)
     ended_by: BaseException | None = None  # what ends this process's run of jobs once the record is written
     # The stop handlers cover the whole set-up (Lightning's import, the checkpoint's load, wandb's start:
     # up to ~20 s), so a stop there is recorded too, and the wandb run, if it started, finished
@@ -198,8 +206,10 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
                 # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
                 # (during set-up, or after its checkpoint): a relaunch resumes the job
                 record["status"] = "interrupted"
-            if record["status"] == "interrupted" and not isinstance(error, Preempted):
-                record["error"] = "interrupted by Ctrl-C (SIGINT)"
+            if record["status"] == "interrupted" and interrupt.seen:
+                saved = isinstance(error, Preempted) and error.saved
+                record["error"] = "interrupted by Ctrl-C (SIGINT)" + (f" at step {error.step}; checkpoint saved"
+                                                                       if saved else "")
             else:
                 record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
             if record["status"] == "failed":  # a stop or a divergence is its own explanation
@@ -270,16 +280,17 @@ class _StopSignals:
     def _handler(self, signum: int, frame: Any) -> None:
         self.received = self.received or signum
         if not (self.settled or self.holding):
-            self._stop(signum)
+            self.request(signum)
 
-    def _stop(self, signum: int) -> None:
+    def request(self, signum: int) -> None:
+        """Stop: at once before the first step (raising ``Preempted``), else at the step's end."""
         if self.checkpointer is None:  # Lightning not loaded yet: nothing to save
             raise Preempted(0, signum, saved=False)
         self.checkpointer.request_stop(signum)
 
     def act_on_held(self) -> None:
         if self.received is not None and not self.settled:
-            self._stop(self.received)
+            self.request(self.received)
 
     def settle(self) -> None:
         self.settled = True
