@@ -30,6 +30,17 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     torch.set_num_threads(int(TEST_THREADS))
 
 
+def as_a_terminal_job() -> None:
+    """``preexec_fn`` for a child that a test stops with Ctrl-C: SIGINT at its default and not
+    blocked, as a shell gives a foreground job. A child inherits an ignored or blocked SIGINT from
+    its parent (and ablate, like any program, keeps an ignored one ignored: ``cmd &`` in a script),
+    and a test process may have it so after other tests: the child then never sees the Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="0",

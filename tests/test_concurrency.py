@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, cli_env, records, run_cli
+from conftest import BIN, as_a_terminal_job, cli_env, records, run_cli
 
 from ablate.job import lock_holder
 
@@ -52,7 +52,8 @@ def _modified(path: Path) -> float:
 
 def _launch(args: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=as_a_terminal_job)
 
 
 @pytest.fixture

@@ -251,13 +251,14 @@ def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(
     import subprocess
     import time
 
-    from conftest import BIN, cli_env, wandb_summary
+    from conftest import BIN, as_a_terminal_job, cli_env, wandb_summary
 
     args = [*tiny, "trainer.max_steps=1000000", "checkpoint.every_n_steps=20", "hydra.run.dir=run"]
 
     def stopped(signum: int, ready: Path, group: bool) -> str:
         proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(), text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=as_a_terminal_job)
         deadline = time.monotonic() + 180
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
