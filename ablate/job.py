@@ -268,7 +268,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return ",".join(o for o in self.overrides if override_key(o) != "experiment") or "defaults"
+        return job_name(self.overrides)
 
     @functools.cached_property
     def variant(self) -> str:
@@ -277,6 +277,11 @@ class Job:
         single run's variant (or a job of a sweep without one) is all its overrides but the seed
         and experiment."""
         return job_variant(self.overrides, self.sweep.swept if self.sweep else None) or "defaults"
+
+
+def job_name(overrides: Any) -> str:
+    """A job's name on the terminal and in wandb: its overrides but the experiment, comma-joined."""
+    return ",".join(o for o in overrides or [] if override_key(o) != "experiment") or "defaults"
 
 
 def lock_holder(job_dir: str | Path) -> tuple[int, int] | None:

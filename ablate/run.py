@@ -51,22 +51,21 @@ class _InterruptWatch:
     first Ctrl-C stops the job as a stop signal does (``_StopSignals.request``): during set-up at
     once, during training at the end of its step with a checkpoint, so no exception is raised inside
     whatever library code the step is in (one raised inside a lock it holds can hang the shutdown);
-    a second Ctrl-C raises KeyboardInterrupt at once. While :attr:`holding` (wandb starts) it is only
-    noted, and acts when :meth:`act_on_held` is called; once :meth:`settle` is called (the record is
-    being written) it is only noted: the job stops once its record is written."""
+    a second Ctrl-C raises KeyboardInterrupt at once. While the stop is holding (wandb starts) it is only
+    noted, and acts when :meth:`act_on_held` is called; once the stop is settled (the record is being
+    written) it is only noted: the job stops once its record is written. Holding and settling are
+    the stop's (one state for both kinds of stop)."""
 
     def __init__(self, stop: "_StopSignals") -> None:
         self.stop = stop
         self.seen = False
-        self.settled = False
-        self.holding = False
         self._previous: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self._previous == signal.SIG_IGN:
             return
         first, self.seen = not self.seen, True
-        if self.settled or self.holding:
+        if self.stop.settled or self.stop.holding:
             return
         if first:
             self.stop.request(signum)  # set-up: raises lit.Preempted here; training: at the step's end
@@ -76,11 +75,8 @@ class _InterruptWatch:
         raise KeyboardInterrupt
 
     def act_on_held(self) -> None:
-        if self.seen and not self.settled:
+        if self.seen and not self.stop.settled:
             self.stop.request(signal.SIGINT)
-
-    def settle(self) -> None:
-        self.settled = True
 
     def __enter__(self) -> "_InterruptWatch":
         previous = signal.getsignal(signal.SIGINT)
@@ -176,11 +172,11 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
             if _rank() == 0:  # a resumed job continues its wandb run
                 # a stop while wandb starts waits for it (seconds at most): raised inside wandb.init it
                 # would be taken for wandb's own failure, or leave its run half made
-                interrupt.holding = stop.holding = True
+                stop.holding = True
                 try:
                     run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
                 finally:
-                    interrupt.holding = stop.holding = False
+                    stop.holding = False
             record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
                                            "wandb_init": time.perf_counter() - wandb_started}
             if run is not None:
@@ -197,7 +193,6 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
             if not cfg.checkpoint.keep:
                 shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
         except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
-            interrupt.settle()
             stop.settle()
             lit = sys.modules.get("ablate.lit")  # loaded if it raised Diverged; a stop may have cut its import short
             if lit is not None and isinstance(error, getattr(lit, "Diverged", ())):
@@ -216,8 +211,7 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
                 record["traceback"] = traceback.format_exc()
             if not isinstance(error, Exception) or isinstance(error, Preempted):
                 ended_by = error
-        interrupt.settle()  # from here on a signal waits until the record is written
-        stop.settle()
+        stop.settle()  # from here on a signal waits until the record is written
         record["metrics"]["wall_time_s"] = time.perf_counter() - started
         _end(record, run, job)
     if interrupt.seen:  # Ctrl-C, whatever Lightning made of it: the CLI and the sweeper exit 130

@@ -35,10 +35,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ablate.job import LAUNCHER_PID_ENV, launcher_kind, lock_holder
+from ablate.job import LAUNCHER_PID_ENV, job_name, launcher_kind, lock_holder
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
 from ablate.results import load_records
-from ablate.sweep import SweepPlan, job_signature, override_key
+from ablate.sweep import SweepPlan, job_signature
 
 
 def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
@@ -180,8 +180,7 @@ class _JobLines:
             self._seen[path] = stamp
             record = read_record(path.parent)
             if say and record is not None:
-                name = ",".join(o for o in record.get("overrides") or [] if override_key(o) != "experiment")  # Job.name
-                Console(highlight=False, soft_wrap=True).print(job_line(record, name or "defaults"))
+                Console(highlight=False, soft_wrap=True).print(job_line(record, job_name(record.get("overrides"))))
 
 
 class _StopWorkers:
