@@ -33,11 +33,6 @@ def _refuse(message: str) -> None:
     sys.exit(2)
 
 
-def _refuse_end(message: str) -> None:
-    print(f"ablate: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
 def _trained_elsewhere(sweep_dir: Path) -> list[str]:
     """The job directories of ``sweep_dir`` whose job another process is training (its lock is held)."""
     from ablate.job import lock_holder
@@ -84,48 +79,64 @@ class SweepCallbacks(Callback):
         plan.write(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Print, save and log the sweep's table; exit 1 if any job failed."""
+        """Print the sweep's table and write what it can (each artefact on its own: the table files
+        and figures, report.html, the wandb table run); exit 1 if a job failed, or if any part of
+        the end failed, naming each with the command that redoes the end alone."""
         if config.hydra.sweeper.get("plan"):
             return  # ablate --plan ran nothing
-        from ablate.report import build_table, log_to_wandb, render, save_outputs, write_report
+        from ablate.report import build_table, render
+        from ablate.report.publish import describe_error, publish, redo_command
         from ablate.sweep import load_sweep_records
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        wandb = config.logger.name == "wandb"
         elsewhere = _trained_elsewhere(sweep_dir)
         if elsewhere:
             print(f"[ablate] {len(elsewhere)} job(s) of this sweep are being trained by another process, not here: "
                   f"{', '.join(elsewhere)}; their records appear when they end (ablate-table {sweep_dir})")
+        problems: list[str] = []
+        records: list[dict[str, Any]] = []
+        table = None
         with warnings.catch_warnings(record=True) as notes:  # one plain line each, not Python's warning format
             warnings.simplefilter("default")
-            records = load_sweep_records(sweep_dir)
-            table = build_table(records) if records else None
-            if table is not None:
-                print(render(table, "terminal", path=str(sweep_dir)))
+            try:
+                records = load_sweep_records(sweep_dir)
+                table = build_table(records) if records else None
+                if table is not None:
+                    print(render(table, "terminal", path=str(sweep_dir)))
+            except Exception as error:  # noqa: BLE001 - named below with the command that redoes it
+                problems.append(f"the table ({describe_error(error)})")
         for note in dict.fromkeys(str(n.message) for n in notes):
             print(f"[ablate] note: {note}")
         if records:  # this machine's step times, for the next sweep's estimate (ablate --plan, its first line)
-            from ablate.preview import record_samples
-            from ablate.timing import remember
-
-            remember(record_samples(records))
-        if table is None:
-            self._say_wall_time(records)
-            return
-        try:
-            paths = save_outputs(table, sweep_dir)
-            report = write_report(table, records, sweep_dir, paths)  # report.html, its figures those just saved
-        except OSError as error:
-            _refuse_end(f"the table could not be saved in {sweep_dir} ({type(error).__name__}: {error}); "
-                        f"the records are there: ablate-table {sweep_dir} --save, once it can be written")
-        print(f"[ablate] table saved: {', '.join(str(p) for p in [*paths.values(), report])}")
-        if config.logger.name == "wandb":
-            log_to_wandb(table, sweep_dir, {**paths, "html": report})
-        failed = [r for r in records if r.get("status") == "failed"]
+            self._remember_step_times(records)
+        if table is not None:
+            done = publish(table, records, sweep_dir, wandb=wandb)
+            if done.written:
+                print(f"[ablate] table saved: {', '.join(str(p) for p in done.written.values())}")
+            problems += done.problems
         self._say_wall_time(records)
+        failed = [r for r in records if r.get("status") == "failed"]
         if failed:
             print(f"ablate: {len(failed)} job(s) failed: "
                   + "; ".join(f"{r['job']['dir']}: {r['error']}" for r in failed), file=sys.stderr)
+        if problems:
+            print(f"ablate: the sweep's end could not write {'; '.join(problems)}. The records are in {sweep_dir}; "
+                  f"this redoes the end alone: {redo_command(sweep_dir, wandb)}", file=sys.stderr)
+        if failed or problems:
             sys.exit(1)
+
+    @staticmethod
+    def _remember_step_times(records: list[dict[str, Any]]) -> None:
+        """Advisory: a cache that cannot be written costs later estimates only, never the sweep's end."""
+        from ablate.preview import record_samples
+        from ablate.timing import remember
+
+        try:
+            remember(record_samples(records))
+        except Exception as error:  # noqa: BLE001
+            print(f"[ablate] note: this sweep's step times were not kept for later estimates "
+                  f"({type(error).__name__}: {error})")
 
     def _say_wall_time(self, records: list[dict[str, Any]]) -> None:
         from collections import Counter

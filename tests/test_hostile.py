@@ -461,4 +461,4 @@ def test_table_save_that_cannot_write_exits_2_with_one_line(tmp_path: Path, bloc
         sweep.chmod(0o755)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert err.strip().count("\n") == 0 and err.startswith("ablate-table: --save cannot write into"), err
+    assert err.strip().count("\n") == 0 and err.startswith("ablate-table: cannot write into"), err

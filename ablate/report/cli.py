@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ablate.report.formats import FORMATS, print_terminal, render
-from ablate.report.publish import log_to_wandb, save_outputs, write_atomic, write_report
+from ablate.report.publish import describe_error, publish, write_atomic
 from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE
 from ablate.report.stats import TESTS
@@ -88,35 +88,32 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"ablate-table: {err}", file=sys.stderr)
         return 2
+    except Exception as err:  # noqa: BLE001 - one line, not a traceback
+        print(f"ablate-table: the table of {path} could not be built: {describe_error(err)}", file=sys.stderr)
+        return 1
 
     if args.format == "terminal":
         print_terminal(table, all_columns=args.all_columns, path=args.path)
     else:
         sys.stdout.write(render(table, args.format, all_columns=args.all_columns))
 
-    written = None
-    if args.save:
-        try:
-            written = save_outputs(table, path)
-            if args.bench and bench is not None:  # keep the figures the saved table was built from
-                written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
-        except OSError as err:  # a read-only directory, a full disk
-            print(f"ablate-table: --save cannot write into {path}: {type(err).__name__}: {err}", file=sys.stderr)
-            return 2
-        print("wrote " + ", ".join(str(p) for p in written.values()), file=sys.stderr)
-    if args.html:
-        try:
-            report = write_report(table, records, path, written)  # written None: figures drawn afresh
+    wandb = bool(args.wandb or (args.wandb is None and table.wandb_group))
+    if not (args.save or args.html or wandb):
+        return 0
+    done = publish(table, records, path, save=args.save, html=args.html, wandb=wandb)
+    if args.save and args.bench and bench is not None and "markdown" in done.written:
+        try:  # keep the figures the saved table was built from
+            done.written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
         except OSError as err:
-            print(f"ablate-table: --html cannot write into {path}: {type(err).__name__}: {err}", file=sys.stderr)
-            return 2
-        print(f"wrote {report}", file=sys.stderr)
-        if written is not None:
-            written["html"] = report
-    if args.wandb or (args.wandb is None and table.wandb_group):
-        run = log_to_wandb(table, path, written)  # None: the figures are drawn for wandb alone
-        if run:
-            print(f"wandb: table run in {run}", file=sys.stderr)
+            done.problems.append(f"{BENCH_FILE} ({describe_error(err)})")
+    if done.problems:  # one line: what could not be written, and what was
+        wrote = f"; wrote {', '.join(str(p) for p in done.written.values())}" if done.written else ""
+        print(f"ablate-table: cannot write into {path}: {'; '.join(done.problems)}{wrote}", file=sys.stderr)
+        return 2 if args.save and not done.written.get("markdown") else 1
+    if done.written:
+        print("wrote " + ", ".join(str(p) for p in done.written.values()), file=sys.stderr)
+    if done.wandb_dir:
+        print(f"wandb: table run in {done.wandb_dir}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,8 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
 from ablate.report.ladder import LadderTable
@@ -27,27 +28,36 @@ def write_atomic(path: Path, text: str) -> Path:
     return write_text_atomic(path, text)
 
 
+def _outputs(table: SweepTable) -> list[tuple[str, str, Callable[[Path], Path | None]]]:
+    """What ``save_outputs`` writes for ``table``, one artefact at a time: (key, file name, writer of
+    that file, which returns its path, or None when the records do not support that figure)."""
+    def text(render: Callable[[SweepTable], str]) -> Callable[[Path], Path]:
+        return lambda path: write_atomic(path, render(table))
+
+    files: list[tuple[str, str, Callable[[Path], Path | None]]] = [
+        ("markdown", "table.md", text(to_markdown)), ("latex", "table.tex", text(to_latex)),
+        ("csv", "table.csv", text(to_csv))]
+    if isinstance(table, LadderTable):  # a ladder's figure is scaling.png (its "png")
+        return [*files, ("png", "scaling.png", lambda path: scaling_plot(table, path))]
+    return [*files, ("png", "table.png", lambda path: plot(table, path)),
+            ("curves", "curves.png", lambda path: curves(table, path)),
+            ("lr", "lr.png", lambda path: lr_plot(table, path))]
+
+
 def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
     """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir``
     atomically, and the figures the records support: ``curves.png`` (validation loss vs training
     FLOPs, when runs recorded ``metrics.history``) and ``lr.png`` (a tuned sweep's validation
     metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written. A ladder
-    (``LadderTable``) has ``scaling.png`` (``plot.scaling_plot``) as its png, and no other figure."""
+    (``LadderTable``) has ``scaling.png`` (``plot.scaling_plot``) as its png, and no other figure.
+    Raises the first error; :func:`publish` writes each file on its own and names what failed."""
     d = Path(sweep_dir)
     d.mkdir(parents=True, exist_ok=True)
-    written = {
-        "markdown": write_atomic(d / "table.md", to_markdown(table)),
-        "latex": write_atomic(d / "table.tex", to_latex(table)),
-        "csv": write_atomic(d / "table.csv", to_csv(table)),
-    }
-    if isinstance(table, LadderTable):  # a ladder's figure is scaling.png (its "png")
-        written["png"] = scaling_plot(table, d / "scaling.png")
-        return written
-    written["png"] = plot(table, d / "table.png")
-    for name, draw in (("curves", curves), ("lr", lr_plot)):
-        path = draw(table, d / f"{name}.png")
+    written = {}
+    for key, name, write in _outputs(table):
+        path = write(d / name)
         if path is not None:
-            written[name] = path
+            written[key] = path
     return written
 
 
@@ -66,6 +76,64 @@ def write_report(table: SweepTable, records: list[dict], sweep_dir: str | Path,
                         to_html(table, records, sweep_dir, pngs))
 
 
+@dataclass
+class Published:
+    """What :func:`publish` wrote (artefact key -> path; ``html`` for the page) and, one per artefact
+    it could not write, what went wrong (``"report.html (KeyError: 'x')"``)."""
+
+    written: dict[str, Path] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    wandb_dir: str | None = None
+
+
+def describe_error(error: BaseException) -> str:
+    """An error in a few words: its type and the first line of its message, at most 200 characters."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def publish(table: SweepTable, records: list[dict], sweep_dir: str | Path, *, save: bool = True,
+            html: bool = True, wandb: bool = False) -> Published:
+    """A sweep's end (and ``ablate-table --save --html --wandb``): each artefact on its own (the
+    table files and each figure, ``report.html``, the wandb table run), so one that fails costs only
+    itself; what failed is named in ``problems``. Never raises for an artefact."""
+    d = Path(sweep_dir)
+    done = Published()
+    if save:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            done.problems.append(f"{d} ({describe_error(error)})")
+            return done
+        for key, name, write in _outputs(table):
+            try:
+                path = write(d / name)
+            except Exception as error:  # noqa: BLE001 - named below, the other artefacts still written
+                done.problems.append(f"{name} ({describe_error(error)})")
+                continue
+            if path is not None:
+                done.written[key] = path
+    if html:
+        try:  # its figures those just written (drawn afresh when not saved)
+            done.written["html"] = write_report(table, records, d, dict(done.written) if save else None)
+        except Exception as error:  # noqa: BLE001
+            done.problems.append(f"{REPORT_FILE} ({describe_error(error)})")
+    if wandb:
+        try:
+            done.wandb_dir = log_to_wandb(table, d, done.written if save else None, strict=True)
+        except Exception as error:  # noqa: BLE001
+            done.problems.append(f"the wandb table run ({describe_error(error.__cause__ or error)})")
+    return done
+
+
+def redo_command(sweep_dir: str | Path, wandb: bool = False) -> str:
+    """The command that redoes a sweep's end alone, from its records: table files, figures, report
+    (and its wandb table run)."""
+    return " ".join(["ablate-table", shlex.quote(str(sweep_dir)), "--save", "--html",
+                     *(["--wandb"] if wandb else [])])
+
+
 def table_run_id(sweep_dir: str | Path, group: str) -> str:
     """The wandb run id of a sweep's table: the same for every table of the sweep (the end of the
     sweep, each ``ablate-table``), from the sweep directory's resolved path and the wandb group."""
@@ -77,8 +145,12 @@ def table_run_id(sweep_dir: str | Path, group: str) -> str:
 IMAGE_KEYS = {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}
 
 
+class TableLogError(RuntimeError):
+    """The table could not be logged to wandb (its run did not start, or a log call failed)."""
+
+
 def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
-                 outputs: Mapping[str, str | Path] | None = None) -> str | None:
+                 outputs: Mapping[str, str | Path] | None = None, strict: bool = False) -> str | None:
     """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` (the table as
     shown, pivoted or not: ``csv_columns``), every figure (``table.png`` as ``ablation_plot``, a
     ladder's ``scaling.png`` as ``scaling``, ``curves.png`` as ``learning_curves``, ``lr.png`` as
@@ -91,8 +163,9 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
     summary holds the latest table; offline each log is a new local directory, so once the new
     one is complete the earlier directories of that run are removed (they hold only superseded
     tables, and ``wandb sync`` of the sweep then uploads the latest table once).
-    Returns the run's local directory, or None (with a warning) when wandb could not log: the
-    table files never depend on wandb.
+    Returns the run's local directory, or None (WANDB_MODE=disabled, or with a warning when wandb
+    could not log: the table files never depend on wandb). ``strict``: raise :class:`TableLogError`
+    instead of warning (the sweep's end, :func:`publish`, names it with the other artefacts).
     """
     from ablate.sweep import load_sweep_records
 
@@ -101,7 +174,13 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
         if "html" not in files:  # the page goes into the artifact too, drawn here if it was not written
             files["html"] = write_report(table, load_sweep_records(sweep_dir), sweep_dir, files,
                                          into=Path(tmp) / REPORT_FILE)
-        return _log_table_run(table, sweep_dir, files)
+        try:
+            return _log_table_run(table, sweep_dir, files)
+        except TableLogError as err:
+            if strict:
+                raise
+            warnings.warn(f"wandb: {err}", stacklevel=2)
+            return None
 
 
 def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, str | Path]) -> str | None:
@@ -129,11 +208,10 @@ def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, 
                        tags=job_tags(["table", *(logger.get("tags") or [])], table.experiment, bool(table.smoke)),
                        notes=" ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]))
     except Exception as err:  # noqa: BLE001 - wandb must never break the table
-        warnings.warn(f"wandb: could not start the table run: {err}", stacklevel=2)
-        return None
+        raise TableLogError(f"could not start the table run: {type(err).__name__}: {err}") from err
     if run is None:  # WANDB_MODE=disabled
         return None
-    logged = None
+    logged, failure = None, None
     try:
         data = [[v if not isinstance(v, float) or math.isfinite(v) else None for v in row] for row in csv_rows(table)]
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
@@ -154,9 +232,11 @@ def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, 
         log_table_artifact(run, table, group, sweep_dir, outputs, jobs)
         logged = run_dir(run)
     except Exception as err:  # noqa: BLE001
-        warnings.warn(f"wandb: could not log the table: {err}", stacklevel=2)
+        failure = err
     finally:
         run.finish()
+    if failure is not None:
+        raise TableLogError(f"could not log the table: {type(failure).__name__}: {failure}") from failure
     if logged is not None:  # the new run is complete: drop the local copies it supersedes
         for old in superseded_runs(sweep_dir, run_id, logged):
             shutil.rmtree(old, ignore_errors=True)
