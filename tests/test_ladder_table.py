@@ -213,3 +213,37 @@ def test_a_tuned_ladder_is_built_from_the_runs_at_each_chosen_lr(tmp_path):
         for rung, cell in row.cells.items():
             assert cell.n == 3 and abs(cell.loss_mean - law(FLOPS[rung] * (1.0 if row.key == "ffn=gelu" else 2.0))) < 1e-9
     assert "tune.rungs=smallest" in t.caption() and "grid 0.001, 0.03" in t.caption()
+
+
+@pytest.mark.parametrize("field, value", [("val.loss", -1.0), ("val.loss", float("nan")), ("val.loss", 1e300),
+                                          ("train_flops", 0), ("train_flops", 1e300)])
+def test_a_record_the_ladder_cannot_use_is_named_in_one_line_and_left_out(field, value, tmp_path):
+    """On the old code a loss <= 0 raised IndexError, 1e300 OverflowError, and FLOPs of 0 or 1e300
+    went into the fit unnamed."""
+    recs = ladder_records()
+    bad = recs[0]  # xs, gelu, seed 0
+    bad["_path"] = str(tmp_path / "0" / "result.json")
+    if field == "val.loss":
+        bad["metrics"]["val"]["loss"] = value
+    else:
+        bad["metrics"]["train_flops"] = value
+    with pytest.warns(UserWarning) as caught:
+        t = build_table(recs, n_boot=50)
+    lines = [str(w.message) for w in caught if "a ladder needs" in str(w.message)]
+    assert len(lines) == 1 and lines[0].startswith(f"{bad['_path']}: metrics.{field}={value!r} ")
+    assert isinstance(t, LadderTable) and t.n_left_out == 1
+    assert t.rows[0].cells["xs"].n == 2 and t.rows[0].cells["s"].n == 3
+    assert "1 ok runs without usable training FLOPs or loss left out" in t.caption()
+
+
+def test_a_baseline_flat_within_its_seed_spread_gives_a_table_saying_so():
+    recs = ladder_records(rungs=["xs", "s"])
+    for r in recs:
+        if "ffn=gelu" in r["overrides"]:
+            loss = 3.0 - 0.01 * ("model.size=s" in r["overrides"]) + [-0.5, 0.0, 0.5][r["config"]["seed"]]
+            r["metrics"]["val"]["loss"] = r["metrics"]["final_loss"] = loss
+    t = build_table(recs, n_boot=200)
+    assert t.ladder.curve is None and "flat within its seeds' spread" in t.caption()
+    for fmt in FORMATS:
+        assert "swiglu" in render(t, fmt)
+    assert "– (baseline flat within its seeds' spread)" in render(t, "markdown")

@@ -251,3 +251,29 @@ def test_rank_agreement_needs_two_rungs_and_two_variants():
     assert r.tau is None and r.decision_accuracy is None and "1 rung" in r.reason
     r = rank_agreement({"only": {0: 1.0, 1: 0.5}}, [0, 1])
     assert r.tau is None and "1 variant" in r.reason
+
+
+def _spread_runs(fall: float, spread: float) -> list:
+    """2 rungs x 3 seeds: the baseline's loss falls by ``fall`` with seeds ``spread`` apart; ``x2``
+    sits well below it with little noise (the shape of a tiny real μP ladder)."""
+    runs = []
+    for i, c in enumerate(RUNGS4[:2]):
+        for s, d in enumerate((-spread, 0.0, spread)):
+            runs += [("base", i, s, c, 3.0 - fall * i + d), ("x2", i, s, c, 2.5 - 0.3 * i + d / 100)]
+    return runs
+
+
+def test_a_baseline_falling_by_less_than_its_seed_spread_has_no_cm_and_says_why():
+    """On the old code the bootstrap replicates in which the baseline's loss did not fall pooled into
+    one point and the log-log inverse indexed a second one: IndexError, no table."""
+    ladder = scale_ladder(_spread_runs(fall=0.01, spread=0.5), "base", range(2), n_boot=200)
+    assert ladder.curve is None and "flat within its seeds' spread" in ladder.curve_reason
+    assert all(m.cm is None and m.reason == ladder.curve_reason for m in ladder.multipliers)
+    assert all(t.slope is None for t in ladder.trends)
+
+
+def test_a_few_flat_replicates_are_left_out_of_the_cis_and_named():
+    ladder = scale_ladder(_spread_runs(fall=0.3, spread=0.15), "base", range(2), n_boot=400)
+    assert ladder.curve is not None and "left out of the CIs" in ladder.curve_reason
+    m = by_variant(ladder, "x2")[1]
+    assert m.cm is not None and m.ci_low is not None and m.ci_low <= m.cm <= m.ci_high

@@ -219,7 +219,7 @@ class LadderCaptionText(CaptionText):
             if note:
                 parts.append(note)
         parts.append(f"baseline: {self.baseline}")
-        dropped = f"; {self.n_left_out} ok runs without training FLOPs or a loss left out" if self.n_left_out else ""
+        dropped = f"; {self.n_left_out} ok runs without usable training FLOPs or loss left out" if self.n_left_out else ""
         parts.append(f"diverged/failed runs are counted in status and excluded{dropped}")
         if self.smoke:
             parts.insert(0, f"SMOKE TEST ({self.smoke_note()}), not a result")

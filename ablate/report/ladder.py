@@ -85,7 +85,7 @@ class LadderTable(LadderCaptionText):
     wandb_group: str | None = None
     wandb_project: str | None = None
     n_records: int = 0
-    n_left_out: int = 0                  # ok runs without training FLOPs or a validation loss
+    n_left_out: int = 0                  # ok runs without usable training FLOPs or validation loss
     tune: Tuning | None = None           # sweep.json's tune block, for a tuned ladder
     layout: str = "ladder"
 
@@ -120,6 +120,32 @@ def loss_of(record: dict) -> float | None:
     return found[0] if found else None
 
 
+#: the values a ladder can fit and invert (logs, powers, squares of them stay finite in float64); a
+#: loss of cross-entropy or MSE and a run's FLOPs outside them are a broken record, not a result
+LOSS_RANGE = (1e-9, 1e6)
+FLOPS_RANGE = (1.0, 1e35)
+
+
+def ladder_inputs(record: dict) -> tuple[float, float] | str | None:
+    """An ok run's (training FLOPs, final validation loss) for the ladder; a one-line problem (the
+    file, the field, its value and what was expected) when one is recorded but the ladder cannot
+    use it; None when either is not recorded (an older record: counted, not named)."""
+    val = metric_of(record, "val")
+    has_val = isinstance(val, dict) and val.get("loss") is not None
+    fields = (("metrics.train_flops", metric_of(record, "train_flops"), FLOPS_RANGE),
+              ("metrics.val.loss" if has_val else "metrics.final_loss",
+               val["loss"] if has_val else metric_of(record, "final_loss"), LOSS_RANGE))
+    if any(value is None for _, value, _ in fields):
+        return None
+    for name, value, (low, high) in fields:
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if number is None or not finite([number]) or not low <= number <= high:
+            where = record.get("_path") or f"job {(record.get('job') or {}).get('num', '?')}"
+            return (f"{where}: {name}={value!r} (a ladder needs a finite number in [{low:g}, {high:g}]); "
+                    "run left out of the ladder")
+    return float(fields[0][1]), float(fields[1][1])
+
+
 def build_ladder(records: list[dict], swept: set[str], baseline: str | None = None, n_boot: int = N_BOOT,
                  seed: int = 0, tune: Tuning | None = None) -> LadderTable:
     """The ladder table of ``records`` (sorted, one sweep) whose swept keys ``swept`` include a size
@@ -141,13 +167,16 @@ def build_ladder(records: list[dict], swept: set[str], baseline: str | None = No
         row.counts[status] = row.counts.get(status, 0) + 1
         if status != "ok":
             continue
-        flops, loss = finite([metric_of(rec, "train_flops")]), loss_of(rec)
-        if not flops or loss is None:
+        inputs = ladder_inputs(rec)
+        if not isinstance(inputs, tuple):
+            if inputs is not None:
+                warnings.warn(inputs, stacklevel=3)
             left_out += 1
             continue
+        flops, loss = inputs
         rung = rung_name(ov, keys)
-        runs.append((row.key, rung, seed_of(rec), flops[0], loss))
-        rung_compute.setdefault(rung, []).append(flops[0])
+        runs.append((row.key, rung, seed_of(rec), flops, loss))
+        rung_compute.setdefault(rung, []).append(flops)
     if not runs:
         raise NotALadder("no ok run records both metrics.train_flops and a validation loss "
                          "(metrics.val.loss or metrics.final_loss): no ladder to lay out")

@@ -212,4 +212,14 @@ def replicate_compute(kind: str, base_c: np.ndarray, base_l: np.ndarray, loss: n
     if kind == POWER_LAW:
         e, a, alpha, c_ref, _ = fit_power_law(base_c, base_l, steps=_BOOT_STEPS)
         return power_law_compute(loss, e[:, None], a[:, None], alpha[:, None], c_ref[:, None])
-    return np.stack([loglog_compute(q, *monotone_points(c, l)) for c, l, q in zip(base_c, base_l, loss)])
+    return np.stack([_replicate_loglog(c, l, q) for c, l, q in zip(base_c, base_l, loss)])
+
+
+def _replicate_loglog(base_c: np.ndarray, base_l: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """C_base(loss) in one replicate; NaN where the replicate's baseline loss does not fall with
+    compute (its rungs pool into one point): a fall within the seeds' spread does so in some
+    replicates, and such a replicate has no curve to invert (``scaling`` counts them)."""
+    points = monotone_points(base_c, base_l)
+    if len(points[0]) < 2:
+        return np.full(np.shape(loss), np.nan)
+    return loglog_compute(loss, *points)

@@ -298,19 +298,43 @@ def scale_ladder(records: Sequence[Record], baseline: str, rungs: Sequence[Rung]
     ranks = rank_agreement({v: dict(zip(cells[v], means[v][:, 1])) for v in cells}, rungs)
     curve, why = fit_baseline(means[baseline][:, 0], means[baseline][:, 1])
     if curve is None:
-        rows = [Multiplier(v, r, float(c), float(l), None, seeds=len(cells[v][r]), reason=why)
-                for v in cells for r, (c, l) in zip(cells[v], means[v])]
-        return Ladder(None, why, rows, [Trend(v, None, reason=why) for v in cells], ranks)
+        return _without_curve(cells, means, why, ranks)
 
     boot = _bootstrap_means(cells, n_boot, np.random.default_rng(seed))
     variants = list(cells)
     widths = np.cumsum([0] + [len(cells[v]) for v in variants])
     boot_c_base = replicate_compute(curve.kind, boot[baseline][..., 0], boot[baseline][..., 1],
                                      np.concatenate([boot[v][..., 1] for v in variants], axis=1))
+    flat, note = _flat_replicates(boot_c_base, confidence)
+    if flat:
+        return _without_curve(cells, means, flat, ranks)
     multipliers, trends = [], []
     for v, start, stop in zip(variants, widths[:-1], widths[1:]):
         rows, trend = _variant_stats(v, cells[v], means[v], boot[v], boot_c_base[:, start:stop], curve,
                                      _no_ci_reason(cells, v, baseline), confidence)
         multipliers += rows
         trends.append(trend)
-    return Ladder(curve, why, multipliers, trends, ranks)
+    return Ladder(curve, f"{why}; {note}" if note else why, multipliers, trends, ranks)
+
+
+def _without_curve(cells: dict[str, dict[Rung, np.ndarray]], means: dict[str, np.ndarray], why: str,
+                   ranks: RankAgreement) -> Ladder:
+    """A ladder whose baseline has no usable curve: every multiplier and trend None, saying ``why``."""
+    rows = [Multiplier(v, r, float(c), float(l), None, seeds=len(cells[v][r]), reason=why)
+            for v in cells for r, (c, l) in zip(cells[v], means[v])]
+    return Ladder(None, why, rows, [Trend(v, None, reason=why) for v in cells], ranks)
+
+
+def _flat_replicates(boot_c_base: np.ndarray, confidence: float) -> tuple[str, str]:
+    """The bootstrap replicates without a baseline curve (all NaN in ``boot_c_base``: the baseline's
+    loss does not fall with compute in them). More of them than a tail of the interval holds: the
+    baseline's fall is not told apart from its seeds' spread, so there is no curve to read a CM off
+    (the reason, ""); fewer: ("", a note that they are left out of the CIs)."""
+    n_flat, n = int(np.isnan(boot_c_base).all(axis=1).sum()), len(boot_c_base)
+    if not n_flat:
+        return "", ""
+    seen = f"the baseline's loss does not fall with compute in {n_flat} of {n} bootstrap replicates"
+    if n_flat > n * (1 - confidence) / 2:
+        return (f"baseline flat within its seeds' spread: {seen}, so there is no curve to read a compute "
+                "multiplier off (more seeds, or rungs further apart)"), ""
+    return "", f"{seen}: those replicates are left out of the CIs"
