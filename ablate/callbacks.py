@@ -141,7 +141,7 @@ class SweepCallbacks(Callback):
     def _say_wall_time(self, records: list[dict[str, Any]]) -> None:
         from collections import Counter
 
-        from ablate.run import duration_text
+        from ablate.console import duration_text
 
         started = getattr(self, "_started", None)
         if started is None:

@@ -26,18 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.config import CONFIG_GROUPS
 from ablate.sweep import SweepPlan, job_variant, override_key
 
-class Preempted(RuntimeError):
-    """The job was asked to stop (SIGTERM, SIGHUP, or SLURM's SIGUSR1/SIGUSR2 before a time-out or
-    preemption): at a step boundary after saving a checkpoint (``saved``; ``ablate.lit.Checkpointer``),
-    or during its set-up, before its first step, at once (nothing to save). Defined here, not in
-    ``ablate.lit``, so that a stop can be raised before Lightning (seconds to import) is loaded."""
-
-    def __init__(self, step: int, signum: int, saved: bool = True) -> None:
-        where = f"at step {step}; checkpoint saved" if saved else "during set-up, before its first step"
-        super().__init__(f"stopped by signal {signum} {where}")
-        self.step, self.signum, self.saved = step, signum, saved
-
-
 #: the lock file in a job directory, held by the process training the job (its pid, then its parent's)
 JOB_LOCK = ".job.lock"
 #: set by the sweeper in the process that launches a local parallel sweep: its pid

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.job import Preempted  # defined with the job: a stop during set-up, before Lightning loads, raises it too
+from ablate.stops import Preempted  # a stop during set-up, before Lightning loads, raises it too
 from ablate.measure import count_input_tokens, summarize_times, synchronize
 from ablate.optim import make_optimizer, warmup_cosine
 

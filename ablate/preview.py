@@ -36,7 +36,7 @@ from omegaconf import DictConfig
 from ablate.jobdir import job_dir_name
 from ablate.planner import LR_KEY, Planner, directory_conflict, variant_configs
 from ablate.results import read_record, record_problems
-from ablate.run import duration_text
+from ablate.console import duration_text
 from ablate.sweep import SweepPlan, job_signature
 
 # Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`

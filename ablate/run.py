@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
 import traceback
@@ -26,8 +25,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, apply_smoke, validate
-from ablate.job import JOB_LOCK, Job, Preempted, launcher_gone, lock_holder, sweep_group, sweeper_refusal
+from ablate.console import print_job_line
+from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group, sweeper_refusal
 from ablate.results import read_record, record_problems, write_record
+from ablate.stops import InterruptWatch, Preempted, StopSignals
 from ablate.sweep import design_labels, job_signature
 
 
@@ -43,53 +44,6 @@ def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
     out["variant"] = job.variant  # group the dashboard's runs by this key (job_type is the run's role: train)
     out["code_version"] = code_version()
     return out
-
-
-class _InterruptWatch:
-    """Ctrl-C (SIGINT) from the start of a job's set-up, so that the record says ``interrupted``
-    rather than ``failed`` (a relaunch reruns the job; tables do not count it as a failure). The
-    first Ctrl-C stops the job as a stop signal does (``_StopSignals.request``): during set-up at
-    once, during training at the end of its step with a checkpoint, so no exception is raised inside
-    whatever library code the step is in (one raised inside a lock it holds can hang the shutdown);
-    a second Ctrl-C raises KeyboardInterrupt at once. While the stop is holding (wandb starts) it is only
-    noted, and acts when :meth:`act_on_held` is called; once the stop is settled (the record is being
-    written) it is only noted: the job stops once its record is written. Holding and settling are
-    the stop's (one state for both kinds of stop)."""
-
-    def __init__(self, stop: "_StopSignals") -> None:
-        self.stop = stop
-        self.seen = False
-        self._previous: Any = None
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self._previous == signal.SIG_IGN:
-            return
-        first, self.seen = not self.seen, True
-        if self.stop.settled or self.stop.holding:
-            return
-        if first:
-            self.stop.request(signum)  # set-up: raises lit.Preempted here; training: at the step's end
-            return
-        if callable(self._previous):
-            self._previous(signum, frame)
-        raise KeyboardInterrupt
-
-    def act_on_held(self) -> None:
-        if self.seen and not self.stop.settled:
-            self.stop.request(signal.SIGINT)
-
-    def __enter__(self) -> "_InterruptWatch":
-        previous = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, self._handler)
-            self._previous = previous
-        except (ValueError, TypeError):  # not the main thread: signals cannot be watched here
-            self._previous = None
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 #: set to the exit code once a stop ended a job in this process: it starts no other job
@@ -153,8 +107,8 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
     }
     run = None
     started = time.perf_counter()
-    stop = _StopSignals()
-    interrupt = _InterruptWatch(stop)
+    stop = StopSignals()
+    interrupt = InterruptWatch(stop)
     ended_by: BaseException | None = None  # what ends this process's run of jobs once the record is written
     # The stop handlers cover the whole set-up (Lightning's import, the checkpoint's load, wandb's start:
     # up to ~20 s), so a stop there is recorded too, and the wandb run, if it started, finished
@@ -248,68 +202,6 @@ def _end(record: dict[str, Any], run: Any, job: Job) -> None:
 
 #: where a job keeps its training state while it runs (removed when it ends ok, unless checkpoint.keep)
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
-                     if hasattr(signal, name))
-
-
-class _StopSignals:
-    """SIGTERM (a scheduler stopping the job: ``scancel``, ``scontrol requeue``, preemption), SIGHUP
-    (its terminal closed) and SIGUSR1/SIGUSR2 (SLURM's warning before a time-out; submitit's
-    preemption signal) ask the job to stop: during set-up at once (``job.Preempted``, before the
-    ``checkpointer`` exists too: from the start of set-up), during training at the end of its step
-    with a checkpoint (``lit.Checkpointer.request_stop``); the record says ``interrupted``, and then
-    the signal gets what it was sent for (:meth:`pass_on`): submitit's own handler requeues the job,
-    otherwise the process exits. A signal the process ignores (``nohup`` ignores SIGHUP) stays
-    ignored. While :attr:`holding` (wandb starts) a signal is noted and acts at :meth:`act_on_held`;
-    once :meth:`settle` is called (training is over, the record is being written) it is only noted
-    (:attr:`received`)."""
-
-    def __init__(self, checkpointer: Any = None) -> None:
-        self.checkpointer = checkpointer
-        self.settled = False
-        self.holding = False
-        self.received: int | None = None  # the first stop signal that came
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.received = self.received or signum
-        if not (self.settled or self.holding):
-            self.request(signum)
-
-    def request(self, signum: int) -> None:
-        """Stop: at once before the first step (raising ``Preempted``), else at the step's end."""
-        if self.checkpointer is None:  # Lightning not loaded yet: nothing to save
-            raise Preempted(0, signum, saved=False)
-        self.checkpointer.request_stop(signum)
-
-    def act_on_held(self) -> None:
-        if self.received is not None and not self.settled:
-            self.request(self.received)
-
-    def settle(self) -> None:
-        self.settled = True
-
-    def __enter__(self) -> "_StopSignals":
-        for signum in STOP_SIGNALS:
-            try:
-                if signal.getsignal(signum) == signal.SIG_IGN:
-                    continue
-                self._previous[signum] = signal.signal(signum, self._handler)
-            except (ValueError, OSError):  # not the main thread: the scheduler's defaults stand
-                break
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-    def pass_on(self, signum: int) -> None:
-        previous = self._previous.get(signum)
-        if callable(previous) and getattr(previous, "__name__", "") != "bypass":
-            previous(signum, None)  # e.g. submitit's checkpoint_and_try_requeue: requeues, exits
-        raise SystemExit(128 + signum)
-
-
 def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
     """The record's ``experiment``: a design's rows get their labels, and its base is the baseline
     unless the experiment names another."""
@@ -388,7 +280,7 @@ def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
         run.summary.update({**summary, "status": record["status"], "error": record["error"] or ""})
         _log_artifacts(record, run, job)
         run.finish(exit_code=0 if record["status"] == "ok" else 1)
-    _print_summary(record, job)
+    print_job_line(record, job.name)
 
 
 def _log_artifacts(record: dict[str, Any], run: Any, job: Job) -> None:
@@ -409,41 +301,3 @@ def _log_artifacts(record: dict[str, Any], run: Any, job: Job) -> None:
                       copy=False)  # weights can be large: read in place when synced, not staged twice
     except Exception as error:  # noqa: BLE001 - the record is written; wandb only misses its copy
         warnings.warn(f"wandb: could not log this job's artifacts: {type(error).__name__}: {error}", stacklevel=2)
-
-
-def _print_summary(record: dict[str, Any], job: Job) -> None:
-    """The job's line on the terminal as it ends (:func:`job_line`). A stopped job prints none: the
-    command or the sweep says in one line that it stopped and how to resume."""
-    from rich.console import Console
-
-    if record["status"] != "interrupted":
-        Console(highlight=False, soft_wrap=True).print(job_line(record, job.name))
-
-
-def job_line(record: dict[str, Any], name: str) -> str:
-    """One line (Rich markup) for a finished job: its name, status and headline metric (or error),
-    speed, memory, size, how long it took and where its record is. What a job prints as it ends,
-    and what a sweep prints for a job whose output goes to a log file (``ablate.sweeper``)."""
-    from rich.markup import escape
-
-    m, status = record.get("metrics") or {}, record.get("status")
-    took = [duration_text(m["wall_time_s"])] if isinstance(m.get("wall_time_s"), (int, float)) else []
-    if status != "ok":
-        return (f"[bold red]{escape(name)}: {escape(str(status))}[/] - {escape(str(record.get('error')))}"
-                + "".join(f"  ({t})" for t in took))
-    parts = ["ok"] + [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
-    parts += [f"loss {m['loss']:.4f}", f"{m['tokens_per_s']:,.0f} tokens/s"]
-    if "peak_memory_bytes" in m:
-        parts.append(f"peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB")
-    parts += [f"params {m['params']:,}", *took]
-    where = Path((record.get("job") or {}).get("dir") or ".") / "result.json"
-    return f"[bold green]{escape(name)}[/]: {escape('  '.join(parts))}  ({escape(str(where))})"
-
-
-def duration_text(seconds: float) -> str:
-    """``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, s = divmod(int(round(seconds)), 60)
-    hours, m = divmod(minutes, 60)
-    return f"{hours} h {m:02d} min" if hours else f"{m} min {s:02d} s"

@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 from ablate.job import LAUNCHER_PID_ENV, job_name, launcher_kind, lock_holder
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
 from ablate.results import load_records
+from ablate.stops import STOP_SIGNALS, SignalHandlers
 from ablate.sweep import SweepPlan, job_signature
 
 
@@ -168,7 +169,7 @@ class _JobLines:
         from rich.console import Console
 
         from ablate.results import RESULT_FILE, read_record
-        from ablate.run import job_line
+        from ablate.console import job_line
 
         for path in sorted(self.sweep_dir.glob(f"*/{RESULT_FILE}")):
             try:
@@ -196,24 +197,19 @@ class _StopWorkers:
     def __init__(self, sweep_dir: Path, active: bool, wait_s: float = 120.0) -> None:
         self.sweep_dir, self.active, self.wait_s = sweep_dir, active, wait_s
         self.stopping = False
-        self._previous: dict[int, Any] = {}
+        self._handlers = SignalHandlers((signal.SIGINT, *STOP_SIGNALS), self._handler)
         self._env: str | None = None
 
     def __enter__(self) -> "_StopWorkers":
         if not self.active:
             return self
-        from ablate.run import STOP_SIGNALS
-
         self._env = os.environ.get(LAUNCHER_PID_ENV)
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers inherit it: who launched them
-        for signum in (signal.SIGINT, *STOP_SIGNALS):
-            if signal.getsignal(signum) != signal.SIG_IGN:
-                self._previous[signum] = signal.signal(signum, self._handler)
+        self._handlers.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+        self._handlers.__exit__(*exc)
         if self.active:
             if self._env is None:
                 os.environ.pop(LAUNCHER_PID_ENV, None)

@@ -13,7 +13,7 @@ import torch
 from pytorch_lightning.loggers import CSVLogger
 
 from ablate.lit import StepProgressBar
-from ablate.run import duration_text, job_line
+from ablate.console import duration_text, job_line
 
 
 class _Tiny(pl.LightningModule):

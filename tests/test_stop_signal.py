@@ -16,7 +16,7 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.lit import Checkpointer, Preempted, checkpoint_state
-from ablate.run import _StopSignals
+from ablate.stops import StopSignals
 
 
 class _Tiny(pl.LightningModule):
@@ -51,7 +51,7 @@ def test_a_signal_after_the_checkpointer_looked_stops_at_the_next_step_with_a_ch
                          enable_model_summary=False, callbacks=[checkpointer, _SignalAfterCallbacks(3, signum)])
     before = signal.getsignal(signum)
     data = torch.utils.data.DataLoader(torch.randn(400, 4), batch_size=4)
-    with pytest.raises(Preempted) as stopped, _StopSignals(checkpointer):
+    with pytest.raises(Preempted) as stopped, StopSignals(checkpointer):
         trainer.fit(_Tiny(), train_dataloaders=data)
     assert (stopped.value.step, stopped.value.signum) == (4, signum)
     assert checkpoint_state(checkpointer.path)["step"] == 4  # the step it stopped at, saved
