@@ -44,19 +44,25 @@ class LoggerSettings:
     """The ``logger`` node. wandb's ``entity`` (None: ``WANDB_ENTITY`` or your default), ``tags`` added
     to every job run's own (experiment, ``smoke``, code version) and ``notes`` put before its command line."""
 
-    name: Literal["wandb", "csv", "none"]
+    name: Literal["wandb", "csv", "tensorboard", "mlflow", "none"]  # the last of several (use: all of them)
     project: str | None = None
     entity: str | None = None
     tags: list[str] = field(default_factory=list)
     notes: str | None = None
+    use: dict | None = None          # {logger: true} per option chosen: logger=[wandb,tensorboard] (tracking.logger_names)
+    tensorboard: dict | None = None  # {save_dir}
+    mlflow: dict | None = None       # {tracking_uri, experiment, tags}
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        from ablate.tracking import logger_problems, uses_wandb
+
         tags = settings.get("tags")
         out = [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
                (tags if isinstance(tags, list) else []) if isinstance(tag, str) and not 0 < len(tag) <= 64]
+        out += logger_problems(settings)
         mode = os.environ.get("WANDB_MODE")
-        if settings.get("name") == "wandb" and mode and mode not in WANDB_MODES:
+        if uses_wandb(settings) and mode and mode not in WANDB_MODES:
             out.append(f"the environment's WANDB_MODE={mode!r} is not a wandb mode; valid: {', '.join(WANDB_MODES)} "
                        "(or unset: online with credentials, else offline)")
         return out
@@ -327,7 +333,10 @@ def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
         return [f"callbacks must map a name to each callback ({{name: {{_target_: ..., setting: value}}}}), "
                 f"got {callbacks!r}"]
     needs_a_logger = tuple(getattr(pl.callbacks, name) for name in NEEDS_A_LOGGER)
-    no_logger = isinstance(logger, Mapping) and logger.get("name") == "none"
+    from ablate.lit import callback_problems
+    from ablate.tracking import logger_names
+
+    no_logger = isinstance(logger, Mapping) and not logger_names(logger)
     problems: list[str] = []
     for name, node in callbacks.items():
         group = f"callbacks.{name}"
@@ -352,6 +361,8 @@ def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
         elif no_logger and isinstance(callback, needs_a_logger):
             problems.append(f"{group}: {qualname(target)} logs through the run's logger, and logger=none has "
                             "none; valid here: logger=wandb or logger=csv")
+        else:
+            problems += callback_problems(group, callback, settings)
     return problems
 
 

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, apply_smoke, validate
 from ablate.console import print_job_line
-from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group, sweeper_refusal
+from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group
+from ablate.launchers import sweeper_refusal
 from ablate.results import read_record, record_problems, write_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
 from ablate.sweep import design_labels, job_signature
@@ -134,11 +135,12 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
             record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
                                            "wandb_init": time.perf_counter() - wandb_started}
             if run is not None:
-                from ablate.tracking import run_dir
+                from ablate.tracking import carry_over_attempts, run_dir
 
                 record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run),
                                    "id": run.id}
                 checkpointer.wandb_run_id = run.id
+                carry_over_attempts(run, job.dir, int((resume or {}).get("step") or 0))  # one folder per job
             interrupt.act_on_held()
             stop.act_on_held()
             started = time.perf_counter()

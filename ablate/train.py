@@ -18,16 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.job import Job
 
 
-def _loggers(cfg: DictConfig, job: Job, run: Any) -> Any:
-    if cfg.logger.name == "csv":
-        from pytorch_lightning.loggers import CSVLogger
+def _loggers(cfg: DictConfig, job: Job, run: Any) -> list[Any]:
+    """The job's Lightning loggers (``tracking.make_loggers``): those its ``logger`` node names."""
+    from ablate.job import sweep_group
+    from ablate.tracking import LoggerPlace, make_loggers
 
-        return CSVLogger(save_dir=str(job.dir), name="", version="")
-    if run is not None:
-        from pytorch_lightning.loggers import WandbLogger
-
-        return WandbLogger(experiment=run)
-    return False
+    place = LoggerPlace(home=Path(job.sweep_dir) if job.sweep_dir else Path(job.dir),
+                        group=sweep_group(cfg, job.sweep_dir), variant=job.variant, seed=int(cfg.seed))
+    hparams = {**job.choices, "seed": int(cfg.seed), "lr": float(cfg.optim.lr), "max_steps": int(cfg.trainer.max_steps)}
+    return make_loggers(OmegaConf.to_container(cfg.logger, resolve=True), place, Path(job.dir), run, hparams)
 
 
 def quiet_lightning() -> None:
@@ -57,21 +56,37 @@ def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
     return data, model, module
 
 
-def configured_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+def configured_callbacks(cfg: DictConfig, job_dir: str | Path | None = None) -> list[pl.Callback]:
     """The run's ``callbacks`` group (Lightning callbacks by ``_target_``, validated before anything
-    trains by ``ablate.config``), built with their settings; they run after ablate's own."""
+    trains by ``ablate.config``), built with their settings; they run after ablate's own. A
+    ``ModelCheckpoint`` saves inside ``job_dir`` (``lit.checkpoint_dir``); ``EarlyStopping`` and
+    ``ModelCheckpoint`` check at the learning curve's points (``lit.prepare_callbacks``)."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
     from ablate.components import resolve
+    from ablate.lit import checkpoint_dir, prepare_callbacks
 
     node = cfg.get("callbacks")
     nodes = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-    return [target(**settings) for target, settings in
-            (resolve(f"callbacks.{name}", callback) for name, callback in nodes.items())]
+    callbacks = []
+    for name, callback in nodes.items():
+        target, settings = resolve(f"callbacks.{name}", callback)
+        if job_dir is not None and isinstance(target, type) and issubclass(target, ModelCheckpoint):
+            settings = {**settings, "dirpath": checkpoint_dir(settings.get("dirpath"), job_dir)}
+        callbacks.append(target(**settings))
+    prepare_callbacks(callbacks)
+    return callbacks
 
 
 def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | None = None,
                  root_dir: str | Path | None = None) -> pl.Trainer:
-    return pl.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), logger=logger,
-                      callbacks=callbacks or [], default_root_dir=str(root_dir) if root_dir else None)
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if any(isinstance(c, ModelCheckpoint) for c in callbacks or []):  # the user's own (callbacks group)
+        trainer["enable_checkpointing"] = True
+    return pl.Trainer(**trainer, logger=logger or False, callbacks=callbacks or [],
+                      default_root_dir=str(root_dir) if root_dir else None)
 
 
 def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
@@ -108,7 +123,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
     from pytorch_lightning.callbacks import ProgressBar
 
-    from ablate.lit import LearningCurve, SpeedMeter, StepProgressBar, curve_steps, masked_loss
+    from ablate.lit import (LearningCurve, SpeedMeter, StepProgressBar, curve_steps, early_stop_entry, masked_loss,
+                            model_checkpoint_entry)
     from ablate.measure import measure_training_memory
     from ablate.optim import make_optimizer
 
@@ -133,7 +149,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
-    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg)
+    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg, job.dir)
     if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(StepProgressBar())  # one of the user's own (callbacks group) wins
     trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
@@ -156,6 +172,12 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
     tokens = trainer.global_step * tokens_per_step * trainer.world_size
+    stopped = early_stop_entry(trainer.callbacks, trainer.global_step, int(cfg.trainer.max_steps))
+    if stopped is not None:  # an EarlyStopping callback ended training before max_steps
+        metrics["early_stopped"] = stopped
+    kept = model_checkpoint_entry(trainer.callbacks)
+    if kept is not None:  # the user's ModelCheckpoint: where its best weights are
+        metrics["model_checkpoint"] = kept
     metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
     if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
         from ablate.measure import utilisation
