@@ -25,7 +25,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ablate.job import sweeper_kind, sweeper_refusal
+from ablate.launchers import sweeper_kind, sweeper_refusal
 
 
 def _refuse(message: str) -> None:

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import apply_smoke, config_problems
-from ablate.job import launcher_kind, sweeper_refusal
+from ablate.launchers import launcher_kind, sweeper_refusal
 from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
                           job_variant, override_key, same_jobs, split_override_string, swept_keys)
 

@@ -35,7 +35,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ablate.job import LAUNCHER_PID_ENV, job_name, launcher_kind, lock_holder
+from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
+from ablate.launchers import launcher_kind
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
 from ablate.results import load_records
 from ablate.stops import STOP_SIGNALS, SignalHandlers
