@@ -295,8 +295,11 @@ def logger_problems(node: Mapping[str, Any]) -> list[str]:
 
     out = []
     use = node.get("use")
-    if use is not None and not (isinstance(use, Mapping) and all(isinstance(v, bool) for v in use.values())):
-        out.append(f"logger.use={use!r} must map logger names to true/false (each logger option sets its own)")
+    if use is not None and not isinstance(use, Mapping):
+        return [f"logger.use={use!r} must map logger names to true/false (each logger option sets its own)"]
+    out += [f"logger.use.{k}={v!r} must be true or false; valid loggers: {', '.join(LOGGERS)}"
+            for k, v in (use or {}).items() if not isinstance(v, bool)]
+    if out:
         return out
     for name in logger_names(node):
         if name not in LOGGERS:
@@ -391,6 +394,7 @@ def _mlflow_logger(settings: Mapping[str, Any], place: LoggerPlace, job_dir: Pat
         def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
             super().log_metrics({mlflow_key(k): v for k, v in metrics.items()}, step)
 
+    user_uri = os.environ.get("MLFLOW_TRACKING_URI")
     uri = settings.get("tracking_uri") or place.mlflow_uri
     id_file = job_dir / "mlflow" / "run_id"
     earlier = id_file.read_text().strip() if id_file.is_file() else None
@@ -406,9 +410,19 @@ def _mlflow_logger(settings: Mapping[str, Any], place: LoggerPlace, job_dir: Pat
                                     run_name=place.variant, tracking_uri=uri, tags=tags, run_id=earlier,
                                     artifact_location=place.mlflow_artifacts.as_uri())
         run_id = logger.run_id  # creates the experiment and the run now, under the lock
+    # Lightning's MLFlowLogger calls mlflow.set_tracking_uri, which sets MLFLOW_TRACKING_URI for the
+    # process: the user's own value (or none) is put back, so a later job or table finds its own database
+    _restore_env("MLFLOW_TRACKING_URI", user_uri)
     if run_id != earlier:
         write_text_atomic(id_file, run_id + "\n")
     return logger
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 class _file_lock:
