@@ -91,3 +91,47 @@ def test_a_bad_callback_is_named_before_training(args: str, named: str) -> None:
 def test_the_default_and_the_builtin_option_validate() -> None:
     for args in ([], ["callbacks=lr_monitor"], ["callbacks=[none,lr_monitor]", "logger=wandb"]):
         assert config_problems(compose_cfg([*TINY, "logger=csv", *args])) == [], args
+
+
+def test_early_stopping_and_model_checkpoint_watch_val_loss_at_the_curve_points(tmp_path: Path, one_thread) -> None:
+    """`callbacks=[early_stopping,model_checkpoint]` as a Lightning user types it: val/loss reaches
+    both at each learning-curve point, the run stops early and its record says where and why, and
+    the best weights are in the job's model_checkpoints (ablate's own checkpoints/ left alone)."""
+    overrides = [*TINY, "logger=csv", "trainer.max_steps=40", "eval.every=2", "optim.warmup_steps=2",
+                 "callbacks=[early_stopping,model_checkpoint]", "callbacks.early_stopping.patience=1",
+                 "callbacks.early_stopping.min_delta=10"]  # no point improves by 10: stops at the second point
+    job = Job(tmp_path / "job", overrides, {}, None, None)
+    record = run_job(compose_cfg(overrides), job)
+    assert record["status"] == "ok", record["error"]
+    m = record["metrics"]
+    history = [p["step"] for p in m["history"]]
+    assert history == [2, 4] and m["steps"] == 4
+    stopped = m["early_stopped"]
+    assert (stopped["step"], stopped["max_steps"], stopped["monitor"]) == (4, 40, "val/loss")
+    assert stopped["best"] == pytest.approx(m["history"][0]["loss"]) and "did not improve" in stopped["reason"]
+    kept = m["model_checkpoint"]
+    assert kept["dir"] == str((job.dir / "model_checkpoints").resolve())
+    best = min(m["history"], key=lambda p: p["loss"])
+    assert kept["best_model_score"] == pytest.approx(best["loss"]) and Path(kept["best_model_path"]).is_file()
+    assert f"step={best['step']}" in Path(kept["best_model_path"]).name
+    assert not (job.dir / "checkpoints").exists()  # ablate's own, removed as the job ended ok
+
+
+MONITOR_BAD = {
+    "callbacks=early_stopping callbacks.early_stopping.monitor=val_loss":
+        "callbacks.early_stopping.monitor='val_loss' is not a metric a callback sees in an ablate run; valid: "
+        "val/loss, val/accuracy, train/loss",
+    "callbacks=early_stopping callbacks.early_stopping.monitor=val/accuracy":
+        "callbacks.early_stopping.mode='min' with monitor=val/accuracy, where higher is better; valid here: mode=max",
+    "callbacks=model_checkpoint callbacks.model_checkpoint.monitor=loss":
+        "callbacks.model_checkpoint.monitor='loss' is not a metric a callback sees in an ablate run",
+    "callbacks=model_checkpoint callbacks.model_checkpoint.dirpath=checkpoints":
+        "callbacks.model_checkpoint.dirpath='checkpoints' is ablate's own checkpoints directory",
+}
+
+
+@pytest.mark.parametrize("args,named", MONITOR_BAD.items(), ids=list(MONITOR_BAD))
+def test_a_monitor_ablate_never_gives_is_named_before_training(args: str, named: str) -> None:
+    problems = config_problems(compose_cfg([*TINY, "logger=csv", *args.split()]))
+    assert any(named in p for p in problems), problems
+    assert config_problems(compose_cfg([*TINY, "callbacks=[early_stopping,model_checkpoint]"])) == []

@@ -133,7 +133,9 @@ def test_a_job_rerun_after_a_kill_keeps_its_wandb_run_and_a_silent_host_costs_se
     ids = {d.name.rsplit("-", 1)[-1] for d in wandb_dir.glob("*run-*") if d.is_dir() and not d.is_symlink()}
     assert ids == {record["wandb"]["id"]}
     assert (wandb_dir / "run_id").read_text().strip() == record["wandb"]["id"]
-    assert len(list(wandb_dir.glob("offline-run-*"))) == 2
+    # one folder to sync: the first attempt's (nothing to carry over: the rerun started afresh) moved aside
+    assert len(list(wandb_dir.glob("offline-run-*"))) == 1
+    assert len(list((wandb_dir / "earlier-attempts").glob("offline-run-*"))) == 1
     assert wandb_summary(record["wandb"]["dir"])["summary"]["status"] == "ok"
 
 
@@ -191,3 +193,44 @@ def test_a_run_with_system_metrics_logs_them_and_one_without_does_not(tmp_path: 
         logged[on] = of_type(wandb_log(run_dir(run)), "stats")
     assert logged[True], "no system metrics were logged"
     assert not logged[False]
+
+
+@pytest.mark.slow  # wandb's service process, `wandb leet`
+def test_a_resumed_job_keeps_one_offline_folder_with_the_whole_history(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """wandb writes each attempt of a run to a new offline folder and cannot append to an old one
+    (wandb_init sets a new start time and avoids an existing folder), and `wandb sync` of two folders
+    of one id keeps the last. So a resumed job logs the earlier attempt's history up to its
+    checkpoint's step again into its own folder, and moves the earlier folder aside: the one folder
+    left holds every step, read back with `wandb leet`."""
+    from ablate.tracking import STEP, carry_over_attempts, define_metrics, init_run, job_run_id, read_history, run_dir
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    job_dir = tmp_path / "job"
+    run_id = job_run_id(job_dir)
+
+    def attempt() -> object:
+        run = init_run(name="job", group="g", job_type="train", config={"a": 1}, dir=job_dir, run_id=run_id)
+        define_metrics(run)
+        return run
+
+    first = attempt()
+    for step in range(1, 7):  # killed after step 6; its checkpoint is from step 4
+        first.log({STEP: step, "val/loss": 10.0 - step})
+    first.finish(exit_code=1)
+    earlier = run_dir(first)
+
+    second = attempt()
+    done = carry_over_attempts(second, job_dir, resumed_step=4)
+    for step in range(5, 9):
+        second.log({STEP: step, "val/loss": 20.0 - step})  # redone from step 5, other values
+    second.finish()
+
+    assert done.rows == 4 and done.moved == [Path(earlier).name] and done.problem is None
+    folders = sorted((job_dir / "wandb").glob("offline-run-*"))
+    assert [str(f) for f in folders] == [run_dir(second)]  # one folder to sync
+    assert (job_dir / "wandb" / "earlier-attempts" / Path(earlier).name).is_dir()  # kept, out of sync's way
+    rows = [(r[STEP], r["val/loss"]) for r in read_history(folders[0])]
+    assert rows == [(1, 9.0), (2, 8.0), (3, 7.0), (4, 6.0), (5, 15.0), (6, 14.0), (7, 13.0), (8, 12.0)]
+    summary = wandb_summary(folders[0])["summary"]  # wandb's own reader agrees: min over both attempts
+    assert summary["val/loss"]["min"] == 6.0 and summary["val/loss"]["last"] == 12.0
