@@ -35,6 +35,8 @@ from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, des
 
 LR_KEY = "optim.lr"
 STEPS_KEY = "trainer.max_steps"
+#: a final run's learning rate before its variant's tuning runs have chosen it (``--plan``)
+CHOSEN = "<chosen>"
 
 #: a job's config (without the ``hydra`` node) from its overrides
 Compose = Callable[[list[str]], DictConfig]
@@ -134,6 +136,9 @@ class Planner:
             tune = self._tuning(definition)
         except ValueError as error:
             raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
+        ladder = self._ladder_refusal(swept)
+        if ladder:
+            raise SweepError(f"this sweep cannot run: {ladder}. Nothing was trained.")
         first = tuning_jobs(definition, swept, tune) if tune else definition
         self._validate(definition + [job for job in first if job_signature(job) not in
                                      {job_signature(j) for j in definition}])
@@ -157,6 +162,17 @@ class Planner:
         if self.sweeper == "ablate":
             return None
         return sweeper_refusal(self.config, self.sweeper)
+
+    def _ladder_refusal(self, swept: list[str]) -> str | None:
+        """``experiment.ladder=on`` asks for the table as a scale ladder, whose rungs are the values of a
+        swept size key; a sweep without one would train every job and then have no table to save."""
+        mode = str(OmegaConf.select(self.config, "experiment.ladder", default="auto"))
+        if mode != "on" or any(k in swept for k in SIZE_KEYS):
+            return None
+        others = ", ".join(k for k in swept if k != "seed") or "no key but the seed"
+        return (f"experiment.ladder=on lays the table out as a scale ladder, whose rungs are the values of a swept "
+                f"model size key ({', '.join(SIZE_KEYS)}), but this sweep sweeps {others}; sweep a size key "
+                "(e.g. model.size=3xs,2xs,xs), or set experiment.ladder=auto or off")
 
     def _design(self) -> dict | None:
         design = OmegaConf.select(self.config, "experiment.design")
@@ -368,6 +384,27 @@ def final_jobs(plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
         named = job if _value(job, "seed") is not None else job + seed
         jobs.append(named + [f"{LR_KEY}={lr_text(chosen[plan.variant(job)])}"])
     return jobs
+
+
+def final_stage(plan: SweepPlan, chosen: dict[str, float] | None = None) -> list[list[str]]:
+    """The jobs a tuned sweep launches after its tuning runs, in order: its final runs
+    (:func:`final_jobs`) less those that are a tuning run already (a tuned variant's run at a tuning
+    seed: its tuning run at the chosen rate). A variant that reuses another's rate
+    (``tune.rungs=smallest``) has no tuning runs, so all of its final runs are here. The one list both
+    the sweep (``chosen``: each variant's rate) and ``--plan`` (``chosen`` None: each job at
+    ``optim.lr=<chosen>``, its rate not known yet) use; empty for an untuned sweep.
+
+    Whether a final run is a tuning run does not depend on the rate chosen: a tuned variant has a
+    tuning run at every rate of the grid (and the rate chosen is one of them)."""
+    tune = plan.tune
+    if tune is None:
+        return []
+    tuning = {job_signature(job) for job in tuning_jobs(plan.definition, plan.swept, tune)}
+    rates = chosen if chosen is not None else {plan.variant(job): tune.lr[0] for job in plan.definition}
+    stage = [job for job in final_jobs(plan, rates) if job_signature(job) not in tuning]
+    if chosen is None:
+        stage = [[o for o in job if override_key(o) != LR_KEY] + [f"{LR_KEY}={CHOSEN}"] for job in stage]
+    return stage
 
 
 def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:

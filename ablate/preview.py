@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
-from ablate.planner import LR_KEY, Planner, directory_conflict, variant_configs
+from ablate.planner import CHOSEN, LR_KEY, Planner, directory_conflict, final_stage, variant_configs
 from ablate.results import read_record, record_problems
 from ablate.console import duration_text
 from ablate.sweep import SweepPlan, job_signature
@@ -111,6 +111,7 @@ class Preview:
     estimates: dict[str, StepEstimate] = field(default_factory=dict)  # variant -> its step time here
     parallel: int = 1          # jobs the launcher runs at once
     setup_s: float = 0.0       # start-up and planning, which the sweep repeats (--plan's own)
+    rate_from: dict[str, str] = field(default_factory=dict)  # tune.rungs=smallest: variant -> whose rate it reuses
 
     @property
     def step_times(self) -> dict[str, float]:
@@ -154,15 +155,17 @@ def job_status(sweep_dir: Path, overrides: list[str]) -> str:
 def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps: bool = True,
             setup_s: float = 0.0) -> Preview:
     """The plan of a validated sweep as data. A tuned sweep's final jobs, whose learning rate the
-    tuning runs choose, are listed "after tuning"; those whose seed is a tuning seed reuse a tuning
-    run and are not counted. ``time_steps``: time here each variant still to run that no earlier
+    tuning runs choose, are listed "after tuning" (``optim.lr=<chosen>``): exactly the jobs the sweep
+    launches after its tuning runs (:func:`ablate.planner.final_stage`), so a tuned variant's run at
+    a tuning seed, which is one of its tuning runs, is not counted twice, and a larger rung that
+    reuses the smallest rung's rate (``tune.rungs=smallest``) has all of its runs here. ``time_steps``: time here each variant still to run that no earlier
     run or timing covers (else those have no estimate). ``setup_s``: start-up and planning to add."""
     sweep_dir = Path(sweep_dir)
     result = _planned(planner, plan, sweep_dir)
     result.setup_s = setup_s
     _estimate(planner, plan, result, time_steps)
     for job in result.jobs:
-        cost = planner.cost([o for o in job.overrides if o != f"{LR_KEY}=<chosen>"])
+        cost = planner.cost(_rate_unset(job.overrides))
         job.flops = job.steps * cost["tokens_per_step"] * cost["flops_per_token"]
     return result
 
@@ -187,14 +190,16 @@ def _planned(planner: Planner, plan: SweepPlan, sweep_dir: Path) -> Preview:
     """The jobs of ``plan`` and their state in ``sweep_dir``, without estimates."""
     jobs = [PlannedJob(num, job, int(planner.compose(job).trainer.max_steps), job_status(sweep_dir, job),
                        plan.variant(job) or "defaults") for num, job in enumerate(plan.jobs)]
-    if plan.tune is not None:
-        tuning_seeds = {f"seed={s}" for s in plan.tune.seeds}
-        for job in plan.definition:
-            if not any(o in tuning_seeds for o in job):
-                jobs.append(PlannedJob(len(jobs), job + [f"{LR_KEY}=<chosen>"],
-                                       int(planner.compose(job).trainer.max_steps), "after tuning",
-                                       plan.variant(job) or "defaults"))
-    return Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan))
+    for job in final_stage(plan):  # the sweeper's own list of a tuned sweep's final runs
+        jobs.append(PlannedJob(len(jobs), job, int(planner.compose(_rate_unset(job)).trainer.max_steps),
+                               "after tuning", plan.variant(job) or "defaults"))
+    return Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan),
+                   rate_from=dict(plan.tune.transfer) if plan.tune is not None else {})
+
+
+def _rate_unset(job: list[str]) -> list[str]:
+    """A final run without its rate, not chosen yet (its steps and step time do not depend on it)."""
+    return [o for o in job if o != f"{LR_KEY}={CHOSEN}"]
 
 
 def _job_share(config: DictConfig, n_jobs: int) -> tuple[int, int]:
@@ -213,7 +218,8 @@ def _estimate(planner: Planner, plan: SweepPlan, shown: Preview, time_steps: boo
     from ablate.timing import device_name, recall, remember, step_time_key
 
     todo = {j.variant for j in shown.jobs if j.runs}
-    configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, plan.jobs).items()
+    jobs = [_rate_unset(j.overrides) for j in shown.jobs]
+    configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, jobs).items()
                if (key or "defaults") in todo}
     threads, shown.parallel = _job_share(planner.config, len(plan.jobs))
     keys = {variant: step_time_key(cfg, threads, shown.parallel, device_name(cfg)) for variant, cfg in configs.items()}
@@ -335,6 +341,10 @@ def render(plan: Preview) -> str:
         estimate = duration_text(job.seconds) if job.seconds is not None else "-"
         lines.append(f"  {job.num:>3}  {' '.join(job.overrides) or '(defaults)':<{width}}  {job.status:<12} "
                      f"{job.steps:>7}  {flops:>7}  {per_step:>7}  {estimate:>9}")
+    if any(job.status == "after tuning" for job in plan.jobs):
+        lines.append("  after tuning: a final run, at the learning rate its variant's tuning runs choose"
+                     + (f"; {len(plan.rate_from)} variant(s) of a larger rung take the rate chosen at their "
+                        "smallest rung (tune.rungs=smallest)" if plan.rate_from else ""))
     todo = plan.to_run
     lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
                  f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")

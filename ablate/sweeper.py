@@ -37,10 +37,10 @@ from omegaconf import OmegaConf
 
 from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
 from ablate.launchers import launcher_kind
-from ablate.planner import Planner, SweepError, choose_lr, final_jobs, launcher_compose, lr_text
+from ablate.planner import Planner, SweepError, choose_lr, final_stage, launcher_compose, lr_text
 from ablate.results import load_records
 from ablate.stops import STOP_SIGNALS, SignalHandlers
-from ablate.sweep import SweepPlan, job_signature
+from ablate.sweep import SweepPlan
 
 
 def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
@@ -104,8 +104,7 @@ def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
         return returns
     chosen, scores = choose_lr(load_records(sweep_dir), plan)
     first = list(plan.jobs)
-    done = {job_signature(job) for job in first}
-    todo = [job for job in final_jobs(plan, chosen) if job_signature(job) not in done]
+    todo = final_stage(plan, chosen)  # the list --plan showed, at the rates now chosen
     plan.jobs = first + todo
     plan.tune.chosen, plan.tune.scores = chosen, scores
     plan.write(sweep_dir)

@@ -84,3 +84,18 @@ def test_timing_stops_at_its_cap_and_the_range_is_printed(tmp_path: Path, cache:
     assert again.estimated and {e.source for e in again.estimates.values()} == {"timed earlier"}
     assert "from 2 earlier timing(s) here" in start_line(p, plan, tmp_path / "sweep")
     assert read_record(tmp_path / "sweep") is None and not (tmp_path / "sweep").exists()  # nothing written there
+
+
+def test_the_estimate_covers_the_rungs_that_reuse_a_rate(tmp_path: Path, cache: Path, one_thread,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune.rungs=smallest: a larger rung has no tuning runs, only final ones, and they are in the
+    estimate too (they were left out of it, and out of the list)."""
+    args = ["model.d_model=16,32", "tune.lr=[0.01]", "tune.rungs=smallest", "model.parametrization=mup",
+            "model.mup_base_width=16", "seed=0,1", *[a for a in TINY if not a.startswith("model.d_model")]]
+    p = planner(args)
+    monkeypatch.setattr(preview_module, "TIMING_CAP_S", 0.0)  # the fewest steps timed
+    shown = preview(p, p.plan(), tmp_path / "sweep")
+    assert set(shown.estimates) == {"model.d_model=16", "model.d_model=32"}
+    assert len(shown.jobs) == 5 and all(j.seconds for j in shown.jobs)
+    wide = [j for j in shown.jobs if "model.d_model=32" in j.overrides]
+    assert len(wide) == 2 and shown.seconds > sum(j.seconds for j in wide)

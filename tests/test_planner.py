@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.paths import CONF_DIR
-from ablate.planner import Planner, SweepError, choose_lr, final_jobs, tuning_jobs
+from ablate.planner import Planner, SweepError, choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
 from ablate.resolvers import register_resolvers
 from ablate.results import write_record
@@ -422,3 +422,80 @@ def test_a_mup_ladder_tunes_its_smallest_rung_only_and_reuses_the_rate_above_it(
 def test_tuning_the_smallest_rung_only_is_refused_without_sizes_or_without_mup(args, named) -> None:
     with pytest.raises(SweepError, match=named):
         planner(args).plan()
+
+
+# ---------------------------------------------------------------------------------- the plan is the run
+
+def _launched(plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
+    """What the sweeper launches: the first stage, then its final stage at the rates chosen."""
+    return plan.jobs + final_stage(plan, chosen)
+
+
+def _at_rates(shown, plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
+    """``--plan``'s jobs with each ``optim.lr=<chosen>`` replaced by the rate its variant was given."""
+    return [[f"optim.lr={lr_text(chosen[plan.variant(j.overrides)])}" if o == "optim.lr=<chosen>" else o
+             for o in j.overrides] for j in shown.jobs]
+
+
+@pytest.mark.parametrize("args,experiment,jobs", [
+    # two widths x two seeds, tuned at the smallest: 2 tuning runs, then seed 1 at d_model=16 and both
+    # seeds at d_model=32, which has no tuning run of its own (--plan listed 4 of the 5)
+    (["model.d_model=16,32", "tune.lr=[0.01]", "tune.rungs=smallest", "model.parametrization=mup",
+      "model.mup_base_width=16", "seed=0,1", *[a for a in TINY if not a.startswith("model.d_model")]], None, 5),
+    # experiment=ladder: 3 rows x 3 rates at the smallest rung, then 18 - 3 final runs (--plan listed 18 of 24)
+    (["tune.lr=[1e-3,1e-2]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=32"],
+     "ladder", 24),
+    (["qkv_sharing=independent,qk_shared", "seed=0,1", "tune.lr=[1e-3]", *TINY], None, 6),
+    (["qkv_sharing=independent,qk_shared", "tune.lr=[1e-3]", *TINY], None, 4),
+])
+def test_the_plan_lists_every_job_the_sweep_launches(tmp_path: Path, args, experiment, jobs) -> None:
+    p = planner(args, experiment=experiment)
+    plan = p.plan()
+    shown = preview(p, plan, tmp_path, time_steps=False)
+    records = [{"overrides": job, "status": "ok", "metrics": {"val": {"loss": float(n % 3)}}}
+               for n, job in enumerate(plan.jobs)]
+    chosen, _ = choose_lr(records, plan)
+    planned = _at_rates(shown, plan, chosen)
+    assert planned == _launched(plan, chosen)
+    # every tuning run and every job of the definition at its rate, each once
+    wanted = {job_signature(j) for j in tuning_jobs(plan.definition, plan.swept, plan.tune) + final_jobs(plan, chosen)}
+    assert len(planned) == len(wanted) == jobs and {job_signature(j) for j in planned} == wanted
+    assert all(j.steps > 0 for j in shown.jobs)
+    transferred = [j for j in shown.jobs if j.variant in plan.tune.transfer]
+    assert all(j.status == "after tuning" and "optim.lr=<chosen>" in j.overrides for j in transferred)
+    if plan.tune.transfer:
+        assert "take the rate chosen at their smallest rung" in render(shown)
+
+
+@pytest.mark.slow  # a real sweep of 5 two-step jobs
+def test_a_real_sweep_launches_the_jobs_its_plan_lists(tmp_path: Path) -> None:
+    from conftest import records as read_records
+    from conftest import run_cli
+
+    args = ["model.d_model=16,32", "tune.lr=[0.01]", "tune.rungs=smallest", "model.parametrization=mup",
+            "model.mup_base_width=16", "seed=0,1", "measure.warmup_steps=0",
+            *[a for a in TINY if not a.startswith(("model.d_model", "trainer.max_steps"))], "trainer.max_steps=2"]
+    p = planner(args)
+    plan = p.plan()
+    shown = preview(p, plan, tmp_path / "sweep", time_steps=False)
+    out = run_cli(["-m", *args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    chosen = {k: float(v) for k, v in json.loads((tmp_path / "sweep" / "sweep.json").read_text())["tune"]["chosen"].items()}
+    ran = [r["overrides"] for r in read_records(tmp_path / "sweep")]
+    assert len(ran) == len(shown.jobs) == 5
+    assert {job_signature(j) for j in ran} == {job_signature(j) for j in _at_rates(shown, plan, chosen)}
+
+
+# ---------------------------------------------------------------------------------- experiment.ladder
+
+def test_a_ladder_table_without_a_swept_size_is_refused_before_training() -> None:
+    with pytest.raises(SweepError) as error:
+        planner(["qkv_sharing=independent,qk_shared", "experiment.ladder=on", *TINY]).plan()
+    message = str(error.value)
+    assert "experiment.ladder=on" in message and "model.size" in message and "model.d_model" in message
+    assert "qkv_sharing" in message and "Nothing was trained" in message and "\n" not in message
+    with pytest.raises(SweepError, match="experiment.ladder=on"):  # ablate's sweeper and the basic one alike
+        planner(["qkv_sharing=independent,qk_shared", "experiment.ladder=on", *TINY], sweeper="basic").plan()
+    for fine in (["model.d_model=16,32", "experiment.ladder=on"], ["qkv_sharing=independent,qk_shared"],
+                 ["qkv_sharing=independent,qk_shared", "experiment.ladder=off"]):
+        planner([*[a for a in TINY if not a.startswith("model.d_model")], *fine]).plan()
