@@ -305,17 +305,37 @@ def sweep_records(records: list[dict], jobs: Iterable[Iterable[str]] | None) -> 
     return [r for r in records if job_signature(r.get("overrides")) in wanted]
 
 
-def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
-    """A sweep directory's records that belong to the sweep its ``sweep.json`` defines; others
-    (left by an earlier definition) are named in a warning and left out."""
+class SeveralSweeps(ValueError):
+    """A directory holds the records of more than one sweep (each with its own ``sweep.json``)."""
+
+
+def read_sweep(sweep_dir: str | Path) -> tuple[list[dict], SweepPlan | None]:
+    """A sweep directory's records and its plan, each read once: the records that belong to the
+    sweep its ``sweep.json`` defines (others, left by an earlier definition, are named in a warning
+    and left out), and that plan (None when there is none). ``sweep_dir`` may be a directory above
+    the sweep's. Raises :class:`SeveralSweeps` when the records come from several sweeps, one of
+    them at least with a ``sweep.json``: their variants differ in kind (a flat sweep and a ladder), so
+    a table of them all would mix them unseen; the message names the sweeps found."""
     records = load_records(sweep_dir)
-    plan = SweepPlan.read(sweep_dir)
+    dirs = list(dict.fromkeys(_record_sweep_dir(r) for r in records))
+    planned = [d for d in dirs if d is not None and ((d / SWEEP_FILE).exists() or (d / SWEEP_FILE).is_symlink())]
+    if len(dirs) > 1 and planned:
+        found = ", ".join(str(d) for d in dirs[:6]) + (f" and {len(dirs) - 6} more" if len(dirs) > 6 else "")
+        raise SeveralSweeps(f"{sweep_dir} holds {len(dirs)} sweeps ({found}): a table is of one sweep; "
+                            "point at one of these directories")
+    plan = SweepPlan.read(dirs[0]) if len(dirs) == 1 else None
     kept = sweep_records(records, plan.jobs if plan else None)
     if len(kept) < len(records):
         warnings.warn(f"{sweep_dir}: leaving out {len(records) - len(kept)} record(s) of jobs that are not in "
                       f"this sweep's definition ({SWEEP_FILE}): they come from an earlier sweep in this directory",
-                      stacklevel=2)
-    return kept
+                      stacklevel=3)
+    return kept, plan
+
+
+def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
+    """A sweep directory's records (:func:`read_sweep`, which says which are left out and when
+    the directory holds several sweeps)."""
+    return read_sweep(sweep_dir)[0]
 
 
 # ---------------------------------------------------------------------------------------------

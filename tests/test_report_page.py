@@ -61,15 +61,23 @@ def test_load_gives_the_records_the_table_and_the_curves_as_dataframes(sweep: Pa
     ablate_table([str(sweep), "--save", "--no-wandb", "--format", "csv"])
     with open(sweep / "table.csv", newline="") as f:
         saved = list(csv.DictReader(f))
-    assert list(table.columns) == list(saved[0])
-    assert list(table["variant"]) == [row["variant"] for row in saved]
+    # the CSV's columns, its variant (the label) and overrides (the key) named as in every frame
+    assert list(table.columns) == ["variant", "label", *[c for c in saved[0] if c not in ("variant", "overrides")]]
+    assert list(table["label"]) == [row["variant"] for row in saved]
+    assert list(table["variant"]) == [row["overrides"] for row in saved]
     for (_, row), csv_row in zip(table.iterrows(), saved):
         for column in ("accuracy_mean", "loss_mean", "n", "params", "delta"):
             assert (row[column] != row[column] and csv_row[column] == "") or float(csv_row[column]) == pytest.approx(row[column])
     ok = runs[runs["status"] == "ok"]
     means = ok.groupby("label")["accuracy"].mean()
     for _, row in table[table["n"] > 0].iterrows():
-        assert means[row["variant"]] == pytest.approx(row["accuracy_mean"])  # a notebook's groupby agrees
+        assert means[row["label"]] == pytest.approx(row["accuracy_mean"])  # a notebook's groupby agrees
+    merged = runs.merge(table, on="variant", suffixes=("", "_row"))  # each run with its row
+    assert len(merged) == len(runs) and (merged["label"] == merged["label_row"]).all()
+    # missing numbers are NaN, never None: memory was not measured (memory_ratio has no value at all)
+    assert table["memory_ratio"].dtype == float and table["memory_ratio"].isna().all()
+    assert table["delta"].dtype == float and table["delta"].isna().sum() == 2  # the baseline's, the diverged row's
+    assert runs["diverged_step"].dtype == float
 
     history = frames.history
     assert len(history) == sum(len(r["metrics"]["history"]) for r in records if r["status"] == "ok")

@@ -3,7 +3,10 @@
 A sweep directory holds one ``result.json`` per finished job (docs/internals.md, "Records").
 The package turns them into one row per variant, by concern:
 
-* ``records``: the inputs (``load_records`` from ``ablate.results``, ``bench.json``);
+* ``records``: the inputs, read once: ``load_sweep(sweep_dir)`` -> ``LoadedSweep`` (the records, the
+  plan in ``sweep.json``, ``bench.json``), which ``build_table``, ``to_html`` and ``load`` take;
+* ``layout``: ``TableLayout``, what every table layout answers (its columns, CSV fields, figures,
+  wandb config and summary, page notes, where a run sits), so nothing downstream asks which it is;
 * ``record_fields``: a record's fields (``metrics.*``, seed, lr, task) and what the records say
   about the sweep as a whole (experiment node, evaluated lengths, smoke test, budget);
 * ``stats``: mean, sample std, the paired t-test over seeds (default) or Welch's test, the 95%
@@ -23,6 +26,7 @@ The package turns them into one row per variant, by concern:
   ``log_to_wandb`` (the sweep's one table run, ``table_run_id``);
 * ``ladder``: a sweep with a size key swept (a scale ladder) as ``LadderTable``: per rung the loss
   and the compute multiplier from ``scaling``, then the trend with scale (``build_table`` picks it);
+  ``ladder_view``: its columns, CSV fields, ``scaling.png`` and wandb summary;
 * ``webpage``: ``to_html``: ``report.html``, the table, figures and runs on one offline page;
 * ``frames``: ``load(sweep_dir)``: the records, table and learning curves as pandas DataFrames;
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
@@ -36,14 +40,15 @@ from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, c
 from ablate.report.ladder import SIZE_KEYS, LadderRow, LadderTable, build_ladder, is_ladder
 from ablate.report.plot import curves, lr_plot, mean_curve, plot, scaling_plot
 from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic, write_report
-from ablate.report.records import bench_speeds, load_bench, load_records, sort_records
+from ablate.report.layout import RunPlace, TableLayout
+from ablate.report.records import LoadedSweep, bench_speeds, load_bench, load_records, load_sweep, sort_records
 from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
                                  welch_test)
 from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
 from ablate.report.webpage import REPORT_FILE
 
 __all__ = [
-    "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
+    "LoadedSweep", "RunPlace", "TableLayout", "load_sweep", "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
     "scaling_plot", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
     "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
     "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",

@@ -26,8 +26,60 @@ def bench_speed_note(rounds: int | None) -> str:
     return f"speed: interleaved benchmark (ablate-bench){of}, ratio to baseline"
 
 
+def title(t) -> str:
+    """A table's title: the experiment's name when it has one; a smoke test says so."""
+    name = f"Ablation: {t.experiment}" if t.experiment else "Ablation"
+    return f"{name} (smoke test, not a result)" if t.smoke else name
+
+
 class CaptionText:
     """The caption and its notes of a ``SweepTable`` (a mixin: ``self`` is the table)."""
+
+    def latex_summary(self) -> str:
+        """The LaTeX caption's sentence after the title (``formats.latex_caption``)."""
+        ns = sorted({r.n for r in self.flat}) or [0]
+        metric = f"{self.metric} on the test split (%)" if len(self.metrics) < 2 else "each task's own metric (%)"
+        what = f"Mean ± std over n = {_span(ns)} seeds of {metric}"
+        return what + (f" per {self.columns_key}; avg: mean over the columns; baseline: {self.baseline}" if self.pivoted
+                       else f"; Δ: difference to the baseline ({self.baseline}) in points [95% CI]")
+
+    def latex_note(self, all_columns: bool = False) -> str:
+        """The note under the LaTeX table: the test behind the marks and the Δ CIs, the correction,
+        where speed comes from, the budget and tuning; the whole caption for every column or a pivot."""
+        if all_columns or self.pivoted:
+            return self.caption()
+        parts = [f"SMOKE TEST ({self.smoke_note()}), not a result"] if self.smoke else []
+        if len(self.metrics) > 1:
+            parts.append(self.metric_note())
+        if self.beyond_lengths is not None:
+            parts.append("each run's accuracy at its own training length (task.seq_len)")
+        if self.extra_lengths:
+            trained = f"trained at length {self.train_length}; " if self.train_length else ""
+            parts.append(f"{trained}acc@L: accuracy at evaluation length L")
+        parts += [self.test_note(), self.speed_note]
+        if self.sharing and self.speed_source == "records":
+            parts.append(self.sharing_note())
+        parts += [note for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note()) if note]
+        parts.append("diverged/failed runs are excluded from means")
+        return "; ".join(parts) + "."
+
+    def statistics_terms(self) -> list[tuple[str, str]]:
+        """What each statistic of the table is (report.html's "How to read the numbers")."""
+        paired = self.test == "paired"
+        return [
+            ("mean ± std", "the mean over a variant's ok runs (one per seed), ± their sample standard deviation "
+                           "(n − 1); diverged and failed runs are left out and counted under runs."),
+            ("Δ [95% CI]", ("the mean over seeds of the variant's accuracy minus the baseline's at the same seed, "
+                            "in points; the interval is that mean ± t(0.975, n − 1) × sd / √n of the paired "
+                            "differences." if paired else "the variant's mean accuracy minus the baseline's, in "
+                            "points; the interval uses Welch's standard error and Welch–Satterthwaite degrees of "
+                            "freedom.")),
+            ("* and **", f"the {'paired' if paired else 'Welch'} t-test's two-sided p-value against the baseline, "
+                         f"Holm–Bonferroni-corrected across the table's {self.n_comparisons} comparison(s), is "
+                         "below 0.05 (*) or 0.01 (**); p_value and p_corrected under all columns hold both."),
+            ("speed, memory, FLOPs ratio", "the variant's tokens/s, peak training memory and training FLOPs over "
+                                           "the baseline's: speed above 1x is faster, memory above 1x uses more."),
+        ]
 
     def metric_note(self) -> str:
         """What the accuracy column holds: the metric, or which metric each task (row) uses."""
@@ -184,6 +236,18 @@ class CaptionText:
 class LadderCaptionText(CaptionText):
     """The caption of a ``LadderTable`` (``ladder``): what the loss and CM columns hold, the
     baseline curve and why that fit, the CI method, the marks and the rank agreement."""
+
+    def latex_summary(self) -> str:
+        ns = sorted({c.n for r in self.rows for c in r.cells.values()}) or [0]
+        return (f"Compute multiplier (CM) at equal loss of each variant vs the baseline ({self.baseline}) "
+                f"per model size [95% CI] and its trend with scale; n = {_span(ns)} seeds per cell")
+
+    def latex_note(self, all_columns: bool = False) -> str:
+        """The whole caption: it describes every column of a ladder."""
+        return self.caption()
+
+    def statistics_terms(self) -> list[tuple[str, str]]:
+        return []  # the caption, one note per line, explains every statistic of a ladder
 
     def caption(self) -> str:
         ladder, curve = self.ladder, self.ladder.curve

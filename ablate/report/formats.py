@@ -19,8 +19,9 @@ import re
 import shutil
 import sys
 
-from ablate.report.ladder import LadderTable
-from ablate.report.table import Row, SweepTable
+from ablate.report.caption import title
+from ablate.report.layout import TableLayout
+from ablate.report.table import Row
 from ablate.report.table_columns import (CSV_COLUMNS, DASH, DETAIL, HEADLINE, OPTIONAL_CSV_COLUMNS, Column, columns,
                                          csv_columns, csv_fields, csv_rows)
 
@@ -35,12 +36,6 @@ __all__ = ["CSV_COLUMNS", "DASH", "FORMATS", "OPTIONAL_CSV_COLUMNS", "columns", 
 def _cells(cols: list[Column], row: Row, times: str = "x") -> list[tuple[str, str]]:
     """A row's human-readable cells (unescaped) and the mark after each, in ``cols`` order."""
     return [(c.text(row, times), c.mark(row) if c.mark else "") for c in cols]
-
-
-def title(t: SweepTable) -> str:
-    """The table's title: the experiment's name when it has one; a smoke test says so."""
-    name = f"Ablation: {t.experiment}" if t.experiment else "Ablation"
-    return f"{name} (smoke test, not a result)" if t.smoke else name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +87,7 @@ def _fold(cols: list[Column], cells: list[list[str]], width: int | None) -> list
     return sized
 
 
-def _terminal(t: SweepTable, width: int | None, path: str | None) -> tuple[list, int]:
+def _terminal(t: TableLayout, width: int | None, path: str | None) -> tuple[list, int]:
     """The renderables of the terminal table (its blocks, the hint when folded, the caption) and
     the console width they are laid out for."""
     from rich.table import Table
@@ -120,7 +115,7 @@ def _terminal(t: SweepTable, width: int | None, path: str | None) -> tuple[list,
     return out, width or max(80, max(_block_width([w for _, w in b]) for b in blocks))
 
 
-def rich_table(t: SweepTable):
+def rich_table(t: TableLayout):
     """The whole terminal table, unfolded, as one ``rich.table.Table`` (baseline in bold)."""
     from rich.table import Table
 
@@ -136,7 +131,7 @@ def rich_table(t: SweepTable):
     return table
 
 
-def print_terminal(t: SweepTable, all_columns: bool = False, path: str | None = None) -> None:
+def print_terminal(t: TableLayout, all_columns: bool = False, path: str | None = None) -> None:
     """Print the terminal table to stdout, in colour on a terminal, folded to its width (unless
     ``all_columns``); ``path``: the sweep directory the hint names."""
     from rich.console import Console
@@ -151,7 +146,7 @@ def _md_escape(text: str) -> str:
     return re.sub(r"([\\|*_`<>\[\]])", r"\\\1", text)
 
 
-def to_markdown(t: SweepTable) -> str:
+def to_markdown(t: TableLayout) -> str:
     cols = columns(t)
     lines = [f"**{_md_escape(title(t))}**", "",
              "| " + " | ".join(_md_escape(c.head) for c in cols) + " |",
@@ -176,46 +171,15 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-def _span(values: list[int]) -> str:
-    return str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
-
-
-def latex_caption(t: SweepTable) -> str:
+def latex_caption(t: TableLayout) -> str:
     """The LaTeX caption, one sentence (unescaped): what is compared, over how many seeds, against
     which baseline; the statistics are in the note under the table (``latex_note``)."""
-    if isinstance(t, LadderTable):
-        ns = sorted({c.n for r in t.rows for c in r.cells.values()}) or [0]
-        what = (f"Compute multiplier (CM) at equal loss of each variant vs the baseline ({t.baseline}) "
-                f"per model size [95% CI] and its trend with scale; n = {_span(ns)} seeds per cell")
-    else:
-        ns = sorted({r.n for r in t.flat}) or [0]
-        metric = f"{t.metric} on the test split (%)" if len(t.metrics) < 2 else "each task's own metric (%)"
-        what = f"Mean ± std over n = {_span(ns)} seeds of {metric}"
-        what += (f" per {t.columns_key}; avg: mean over the columns; baseline: {t.baseline}" if t.pivoted
-                 else f"; Δ: difference to the baseline ({t.baseline}) in points [95% CI]")
-    return f"{title(t)}. {what}."
+    return f"{title(t)}. {t.latex_summary()}."
 
 
-def latex_note(t: SweepTable, all_columns: bool = False) -> str:
-    """The note under the LaTeX table (unescaped): the test behind the marks and the Δ CIs, the
-    correction, where speed comes from, the budget and tuning; the whole caption for every column,
-    a pivot or a ladder (whose columns it all describes)."""
-    if all_columns or t.pivoted or isinstance(t, LadderTable):
-        return t.caption()
-    parts = [f"SMOKE TEST ({t.smoke_note()}), not a result"] if t.smoke else []
-    if len(t.metrics) > 1:
-        parts.append(t.metric_note())
-    if t.beyond_lengths is not None:
-        parts.append("each run's accuracy at its own training length (task.seq_len)")
-    if t.extra_lengths:
-        trained = f"trained at length {t.train_length}; " if t.train_length else ""
-        parts.append(f"{trained}acc@L: accuracy at evaluation length L")
-    parts += [t.test_note(), t.speed_note]
-    if t.sharing and t.speed_source == "records":
-        parts.append(t.sharing_note())
-    parts += [note for note in (t.budget_note(), t.tune_note(t.flat), t.transfer_note()) if note]
-    parts.append("diverged/failed runs are excluded from means")
-    return "; ".join(parts) + "."
+def latex_note(t: TableLayout, all_columns: bool = False) -> str:
+    """The note under the LaTeX table (unescaped): the table's own (``TableLayout.latex_note``)."""
+    return t.latex_note(all_columns)
 
 
 # A column of a two-column paper (ICML, CVPR 234pt, ACL 219pt) at \small with \tabcolsep 4pt: ~4.2pt
@@ -229,7 +193,7 @@ def _fits_one_column(cols: list[Column], cells: list[list[str]]) -> bool:
     return sum(widths) + 2 * len(cols) <= _ONE_COLUMN_CHARS
 
 
-def to_latex(t: SweepTable, all_columns: bool = False) -> str:
+def to_latex(t: TableLayout, all_columns: bool = False) -> str:
     """The paper table: the headline and paper columns (variant, accuracy ± std with its marks,
     Δ [95% CI], evaluated lengths, lr, speed, params; a pivot's cells; a ladder's CMs and trend)
     in a ``table`` when it fits a column of a two-column paper, else a ``table*``; with
@@ -258,7 +222,7 @@ def to_latex(t: SweepTable, all_columns: bool = False) -> str:
     return "\n".join(lines)
 
 
-def to_csv(t: SweepTable) -> str:
+def to_csv(t: TableLayout) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(csv_columns(t))
@@ -267,7 +231,7 @@ def to_csv(t: SweepTable) -> str:
     return buf.getvalue()
 
 
-def render(table: SweepTable, fmt: str = "terminal", width: int | None = None, all_columns: bool = False,
+def render(table: TableLayout, fmt: str = "terminal", width: int | None = None, all_columns: bool = False,
            path: str | None = None) -> str:
     """The table as text: ``terminal`` (rich, plain text; folded to ``width``, by default the
     terminal's, ``terminal_width``; ``all_columns``: never folded; ``path``: the sweep directory the

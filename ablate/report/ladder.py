@@ -20,14 +20,22 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ablate.report.caption import LadderCaptionText
+from ablate.report.layout import RunPlace
+from ablate.report.ladder_view import (ladder_columns, ladder_fields, ladder_figures, ladder_wandb_config,
+                                       ladder_wandb_summary)
 from ablate.report.record_fields import (budget_of, experiment_of, first_value, metric_of, seed_of, smoke_of)
 from ablate.report.rows import Row, label_of, resolve_baseline
 from ablate.report.scaling import Ladder, Multiplier, Trend, scale_ladder
 from ablate.report.stats import finite, mean, std
 from ablate.sweep import SIZE_KEYS, Tuning, split_override_string, variant_key, variant_overrides
+
+if TYPE_CHECKING:
+    from ablate.report.records import LoadedSweep
+    from ablate.report.table_columns import Column, Field
 
 LADDER_MODES = ("auto", "on", "off")
 N_BOOT = 1000
@@ -88,10 +96,36 @@ class LadderTable(LadderCaptionText):
     n_left_out: int = 0                  # ok runs without usable training FLOPs or validation loss
     tune: Tuning | None = None           # sweep.json's tune block, for a tuned ladder
     layout: str = "ladder"
+    sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)  # what it was built from
 
     @property
     def pivoted(self) -> bool:           # for code that asks any table
         return False
+
+    # --- TableLayout (ablate.report.layout): how a ladder shows (ladder_view) ----------------------
+
+    def columns(self) -> list[Column]:
+        return ladder_columns(self)
+
+    def csv_fields(self) -> list[Field]:
+        return ladder_fields(self)
+
+    def draw_figures(self, directory: Path) -> dict[str, Path]:
+        return ladder_figures(self, directory)
+
+    def image_key(self, name: str) -> str:
+        return "scaling" if name == "png" else name
+
+    def wandb_config(self) -> dict[str, Any]:
+        return ladder_wandb_config(self)
+
+    def wandb_summary(self) -> dict[str, Any]:
+        return ladder_wandb_summary(self)
+
+    def run_place(self, variant: dict[str, str]) -> RunPlace:
+        key = variant_key({k: v for k, v in variant.items() if k not in self.size_keys})
+        labels = {r.key: r.label for r in self.rows}
+        return RunPlace(key, labels.get(key, key), rung_name(variant, self.size_keys))
 
 
 def size_keys(swept: set[str] | list[str]) -> list[str]:

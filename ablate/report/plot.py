@@ -8,9 +8,8 @@
   band from the lowest to the highest seed; compute on the x axis, so variants of different cost
   compare at equal compute (Kaplan et al. 2020). Fewer than ``MIN_CURVE_POINTS`` evaluations per run
   are drawn as points, unjoined, and the figure says so;
-* ``scaling_plot``: ``scaling.png`` of a ladder (``ablate.report.ladder``): loss vs training FLOPs
-  (log-log, per variant its rung means and a min..max seed band, the baseline's fitted curve) and
-  the compute multiplier vs FLOPs (log x, CI band, 1x line, extrapolated points hollow);
+* ``flat_figures``: all of these a flat table's records support (``SweepTable.draw_figures``); a
+  ladder's one figure, ``scaling.png``, is ``ladder_view.scaling_plot``;
 * ``lr_plot``: ``lr.png`` of a tuned sweep: the validation metric each variant reached at each lr
   of the grid (``sweep.json``'s ``tune.scores``), log-x, its chosen lr marked.
 """
@@ -18,11 +17,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from ablate.report.formats import title
-from ablate.report.ladder import LadderTable
+from ablate.report.caption import title
+from ablate.report.ladder_view import scaling_plot  # a ladder's figure; imported from here too (publish)
 from ablate.report.stats import finite
-from ablate.report.table import Row, SweepTable
+from ablate.report.rows import Row
+
+#: ``ablate.report.table.SweepTable``, which draws its figures here: not imported (no import cycle)
+SweepTable = Any
 from ablate.results import atomic_file
 
 
@@ -120,10 +123,20 @@ def _length_panel(ax, table: SweepTable) -> None:
 
 
 def plot(table: SweepTable, path: str | Path) -> Path:
-    """``table.png`` (``table_figure``); a ladder: ``scaling_plot``."""
-    if isinstance(table, LadderTable):
-        return scaling_plot(table, path)
+    """``table.png`` (``table_figure``) of a flat table; a ladder's figure is ``ladder_view.scaling_plot``."""
     return _save(table_figure(table), path)
+
+
+def flat_figures(table: SweepTable, directory: Path) -> dict[str, Path]:
+    """A flat table's figures in ``directory``: ``table.png`` as ``png``, and ``curves.png`` and
+    ``lr.png`` when the records support them."""
+    directory = Path(directory)
+    written = {"png": plot(table, directory / "table.png")}
+    for name, draw in (("curves", curves), ("lr", lr_plot)):
+        path = draw(table, directory / f"{name}.png")
+        if path is not None:
+            written[name] = path
+    return written
 
 
 def table_figure(table: SweepTable):
@@ -320,58 +333,4 @@ def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
     fig.suptitle(f"{title(table)}: validation {metric} vs lr")
-    return _save(fig, path)
-
-
-def scaling_plot(table: LadderTable, path: str | Path) -> Path:
-    """``scaling.png``: left, final validation loss vs training FLOPs (log-log), one line per
-    variant through its rung means with a band from its lowest to its highest seed's loss, and the
-    baseline's fitted curve (dashed beyond the measured rungs); right, each variant's CM vs its
-    FLOPs (log x) with its 95% CI band, the 1x line, extrapolated CMs hollow."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    ax_loss, ax_cm = fig.subplots(1, 2)
-    for i, row in enumerate(table.rows):
-        color = "black" if row.is_baseline else f"C{i}"
-        cells = [row.cells[g] for g in table.rungs if g in row.cells and row.cells[g].flops is not None]
-        if not cells:
-            continue
-        xs = [c.flops for c in cells]
-        ax_loss.plot(xs, [c.loss_mean for c in cells], marker="o", color=color, label=row.label,
-                     linewidth=2 if row.is_baseline else 1.2)
-        ax_loss.fill_between(xs, [c.loss_min for c in cells], [c.loss_max for c in cells], color=color,
-                             alpha=0.15, linewidth=0)
-        ms = [c.multiplier for c in cells if c.multiplier is not None and c.multiplier.cm is not None
-              and np.isfinite(c.multiplier.cm)]
-        if ms and not row.is_baseline:
-            ax_cm.plot([m.compute for m in ms], [m.cm for m in ms], color=color, label=row.label)
-            if all(m.ci_low is not None and np.isfinite(m.ci_high) for m in ms):
-                ax_cm.fill_between([m.compute for m in ms], [m.ci_low for m in ms], [m.ci_high for m in ms],
-                                   color=color, alpha=0.15, linewidth=0)
-            for m in ms:
-                ax_cm.plot([m.compute], [m.cm], marker="o", color=color,
-                           markerfacecolor="none" if m.extrapolated else color, linestyle="none")
-    curve = table.ladder.curve
-    if curve is not None:
-        lo, hi = float(curve.compute.min()), float(curve.compute.max())
-        all_x = [c.flops for r in table.rows for c in r.cells.values() if c.flops is not None]
-        x_lo, x_hi = min([lo, *all_x]), max([hi, *all_x])
-        inside = np.geomspace(lo, hi, 64)
-        ax_loss.plot(inside, curve.loss_at(inside), color="gray", linewidth=1, label=f"baseline fit ({curve.kind})")
-        for a, b in ((x_lo, lo), (hi, x_hi)):
-            if b > a:
-                beyond = np.geomspace(a, b, 16)
-                ax_loss.plot(beyond, curve.loss_at(beyond), color="gray", linewidth=1, linestyle="--")
-    ax_loss.set(xscale="log", yscale="log", xlabel="training FLOPs", ylabel="final validation loss",
-                title="loss vs compute (rung means; band: min..max seed)")
-    ax_cm.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    ax_cm.set(xscale="log", xlabel="training FLOPs", ylabel="compute multiplier vs baseline",
-              title="CM = C_base(L) / C (95% CI; hollow: extrapolated)")
-    for ax in (ax_loss, ax_cm):
-        ax.grid(alpha=0.3, which="both")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.suptitle(f"{title(table)}: scale ladder (baseline: {table.baseline})")
     return _save(fig, path)

@@ -1,18 +1,62 @@
-"""The inputs of a table: a sweep's records (``ablate.results``) and its ``bench.json``."""
+"""The inputs of a table: a sweep's records (``ablate.results``), its plan (``sweep.json``) and its
+``bench.json``, read once into a ``LoadedSweep`` (``load_sweep``) that the table, the page, the
+figures and the DataFrames all take from there."""
 
 from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.report.stats import finite
 from ablate.results import load_records, sort_records
-from ablate.sweep import split_override_string, variant_key
+from ablate.sweep import (SweepPlan, read_sweep, records_swept_keys, split_override_string, variant_key,
+                          varying_keys)
 
-__all__ = ["BENCH_FILE", "bench_speeds", "load_bench", "load_records", "sort_records"]
+__all__ = ["BENCH_FILE", "LoadedSweep", "bench_speeds", "load_bench", "load_records", "load_sweep", "sort_records",
+           "sweep_of_records"]
 
 BENCH_FILE = "bench.json"
+
+
+@dataclass
+class LoadedSweep:
+    """A sweep read once (``load_sweep``): its records in sweep order, its plan (``sweep.json``;
+    None without one) and its ``bench.json`` (None without one). Pass it along instead of a path:
+    ``build_table``, ``to_html``, the figures and ``load`` read nothing again."""
+
+    records: list[dict]
+    plan: SweepPlan | None = None
+    bench: dict | None = None
+    sweep_dir: Path | None = None
+    swept: set[str] | None = None  # the keys that name its variants; default: the plan's, else those that vary
+
+    def __post_init__(self) -> None:
+        self.records = sort_records(self.records)
+        if self.swept is None:
+            self.swept = set(self.plan.swept) if self.plan is not None else varying_keys(self.records)
+
+
+def load_sweep(sweep_dir: str | Path) -> LoadedSweep:
+    """The sweep in ``sweep_dir`` (or in one directory below it), each file read once; raises
+    ``ablate.sweep.SeveralSweeps`` (a ValueError naming them) when it holds several sweeps."""
+    records, plan = read_sweep(sweep_dir)
+    return LoadedSweep(records, plan, load_bench(sweep_dir), Path(sweep_dir))
+
+
+def sweep_of_records(records: list[dict]) -> LoadedSweep:
+    """Records given in Python (``load_records``, or made by hand) as a ``LoadedSweep``: the plan of
+    their one sweep directory (the one above each job directory) and the ``bench.json`` of the one
+    directory they were loaded from, when they have one."""
+    job_parents = {str(Path(r["_path"]).parent.parent) if r.get("_path") else None for r in records}
+    one = len(job_parents) == 1 and None not in job_parents
+    plan = SweepPlan.read(job_parents.pop()) if one else None
+    searched = {r.get("_sweep_dir") for r in records}
+    sweep_dir = Path(searched.pop()) if len(searched) == 1 and None not in searched else None
+    # records of several sweeps put together in Python: the keys any of their plans swept
+    swept = None if one else records_swept_keys(records)
+    return LoadedSweep(records, plan, load_bench(sweep_dir) if sweep_dir is not None else None, sweep_dir, swept)
 
 
 def load_bench(sweep_dir: str | Path) -> dict | None:

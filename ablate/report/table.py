@@ -2,8 +2,8 @@
 
 ``build_table`` runs the stages below in order; each is a function of its own:
 
-* the inputs: the records in sweep order, ``bench.json``, what ``sweep.json`` says (its swept keys,
-  a tuned sweep's ``tune`` block: ``_read_sweep``, the one place the table reads it);
+* the inputs: a ``LoadedSweep`` (``records.load_sweep``: the records in sweep order, ``bench.json``,
+  the plan in ``sweep.json`` with its swept keys and a tuned sweep's ``tune`` block), read once;
 * a tuned sweep's final runs: each variant's at its chosen lr (``tuned``), the runs at the
   shared default lr kept for a second Δ;
 * the evaluated lengths: one ``acc@L`` column per length for length-extrapolation sweeps;
@@ -36,15 +36,16 @@ from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.ladder import N_BOOT, LadderTable, NotALadder, build_ladder, is_ladder
+from ablate.report.layout import RunPlace, TableLayout
 from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
                                          metric_of, sharing_of, smoke_of, train_length)
-from ablate.report.records import bench_speeds, load_bench, sort_records
+from ablate.report.records import LoadedSweep, bench_speeds, sweep_of_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
 from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS, Comparison, holm, paired_test, ratio, welch_test
+from ablate.report.table_columns import Column, Field, flat_columns, flat_fields
 from ablate.report.tuned import add_default_lr_runs, final_runs
-from ablate.sweep import (group_by_variant, override_key, SweepPlan, Tuning, records_swept_keys, split_override_string,
-                          variant_key, variants)
+from ablate.sweep import group_by_variant, override_key, Tuning, split_override_string, variant_key, variants
 
 # Row, STATUSES and the row lookups are ``rows``'; they are imported from here too (ablate.report, formats).
 __all__ = ["STATUSES", "Row", "SweepTable", "build_table", "resolve_baseline", "resolve_rows", "split_rows"]
@@ -84,6 +85,8 @@ class SweepTable(CaptionText):
     tune: Tuning | None = None                    # sweep.json's tune block, for a tuned sweep
     early_fraction: float | None = 0.25           # eval.early_fraction of the runs (None: they differ)
     baseline_shown: bool = True                  # False when the rows chosen leave the baseline out
+    sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)  # what it was built from
+    layout: str = "flat"
 
     @property
     def significance_test(self) -> str:
@@ -142,12 +145,45 @@ class SweepTable(CaptionText):
     def column_label(self, value: str) -> str:
         return self.column_labels.get(value, value)
 
+    # --- TableLayout (ablate.report.layout): how a flat table shows --------------------------------
 
-def build_table(records: list[dict], baseline: str | None = None, bench: dict | None = None,
+    def columns(self) -> list[Column]:
+        return flat_columns(self)
+
+    def csv_fields(self) -> list[Field]:
+        return flat_fields(self)
+
+    def draw_figures(self, directory: Path) -> dict[str, Path]:
+        from ablate.report.plot import flat_figures  # plot imports this module
+
+        return flat_figures(self, directory)
+
+    def image_key(self, name: str) -> str:
+        return {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}.get(name, name)
+
+    def wandb_config(self) -> dict[str, Any]:
+        return {"speed_source": self.speed_source, "metric": self.metric, "significance_test": self.significance_test,
+                "eval_lengths": self.eval_lengths, "test": self.test, "columns": self.columns_key, "tuned": self.tuned}
+
+    def wandb_summary(self) -> dict[str, Any]:
+        return {"speed_source": self.speed_source, "speed_note": self.speed_note, "metric": self.metric,
+                "significance_test": self.significance_test, "concurrent_jobs": (self.sharing or {}).get("jobs", 1),
+                "n_comparisons": self.n_comparisons, "columns": self.columns_key}
+
+    def run_place(self, variant: dict[str, str]) -> RunPlace:
+        column = variant.get(self.columns_key, "default") if self.pivoted else ""
+        key = variant_key({k: v for k, v in variant.items() if not self.pivoted or k != self.columns_key})
+        labels = {r.key: r.label for r in self.rows}
+        return RunPlace(key, labels.get(key, key), self.column_label(column) if column else "")
+
+
+def build_table(records: list[dict] | LoadedSweep, baseline: str | None = None, bench: dict | None = None,
                 test: str = "paired", columns: str | None = None,
                 rows: str | Iterable[str] | None = None, ladder: str = "auto",
-                n_boot: int = N_BOOT) -> SweepTable | LadderTable:
-    """Summarise records (``load_records``) into one row per variant, in sweep order.
+                n_boot: int = N_BOOT) -> TableLayout:
+    """Summarise a sweep (``records.load_sweep``, or its records: ``load_records``) into one row per
+    variant, in sweep order: a ``SweepTable``, or for a ladder a ``LadderTable`` (``TableLayout``s
+    both; the table's ``sweep`` is what it was built from).
 
     Baseline: ``baseline`` (an override string, a label or a value) > the records'
     ``experiment.baseline`` > the first variant. Speed: ``bench`` (``bench.json`` format), else a
@@ -164,22 +200,25 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
     """
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r}; valid: {', '.join(TESTS)}")
-    records = sort_records(records)
+    sweep = records if isinstance(records, LoadedSweep) else sweep_of_records(records)
+    records = sweep.records
     if not records:
         raise ValueError("no records")
     n_records = len(records)
     if bench is None:
-        bench = _sweep_bench(records)
+        bench = sweep.bench
     _warn_if_several_groups(records)
 
     exp = experiment_of(records)
-    swept, tune = _read_sweep(records)
+    swept, tune = sweep.swept, _tuning(sweep)
     if ladder == "auto":  # the experiment's layout, unless the caller chose one
         ladder = str(exp.get("ladder") or "auto")
     if is_ladder(swept, ladder):
         try:  # a tuned ladder: the runs at each variant's chosen lr, as the flat table's rows
-            return build_ladder(final_runs(records, swept, tune)[0], swept, baseline=baseline, n_boot=n_boot,
-                                tune=tune)
+            table = build_ladder(final_runs(records, swept, tune)[0], swept, baseline=baseline, n_boot=n_boot,
+                                 tune=tune)
+            table.sweep = sweep
+            return table
         except NotALadder as err:
             if ladder == "on":
                 raise
@@ -219,20 +258,13 @@ def build_table(records: list[dict], baseline: str | None = None, bench: dict | 
         columns_key=col_key, column_values=values,
         column_labels={v: label_of({col_key: v}, exp["labels"]) for v in values} if col_key else {},
         budget=budget_of(records), tune=tune, early_fraction=early_fraction_of(records), baseline_shown=any(r.is_baseline for r in shown),
+        sweep=sweep,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # The inputs
 # ---------------------------------------------------------------------------------------------
-
-def _sweep_bench(records: list[dict]) -> dict | None:
-    """The ``bench.json`` of the records' one sweep directory, if it has one."""
-    sweep_dirs = {r.get("_sweep_dir") for r in records}
-    if len(sweep_dirs) == 1 and None not in sweep_dirs:
-        return load_bench(sweep_dirs.pop())
-    return None
-
 
 def _warn_if_several_groups(records: list[dict]) -> None:
     """Records of several wandb groups are likely several sweeps mixed in one table."""
@@ -242,15 +274,10 @@ def _warn_if_several_groups(records: list[dict]) -> None:
                       "is PATH one sweep?", stacklevel=3)
 
 
-def _read_sweep(records: list[dict]) -> tuple[set[str], Tuning | None]:
-    """What the sweep itself says about its records: its swept keys (from ``sweep.json``, else the
-    keys whose values vary), and the ``tune`` block of their one ``sweep.json`` (None for untuned
-    sweeps). The one place the table reads ``sweep.json``."""
-    swept = records_swept_keys(records)
-    dirs = {Path(r["_path"]).parent.parent if r.get("_path") else None for r in records}
-    plan = SweepPlan.read(dirs.pop()) if len(dirs) == 1 and None not in dirs else None
-    tune = plan.tune if plan is not None else None
-    return swept, (tune if tune is not None and tune.lr else None)
+def _tuning(sweep: LoadedSweep) -> Tuning | None:
+    """The ``tune`` block of the sweep's plan (None for untuned sweeps)."""
+    tune = sweep.plan.tune if sweep.plan is not None else None
+    return tune if tune is not None and tune.lr else None
 
 
 def _lengths(records: list[dict]) -> tuple[list[int], int | None, list[int] | None]:

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ablate.report.caption import sci
-from ablate.report.ladder import LadderRow, LadderTable
-from ablate.report.table import Row, SweepTable
+from ablate.report.rows import Row
+
+#: ``ablate.report.table.SweepTable``, which calls these functions: not imported (no import cycle)
+SweepTable = Any
 
 DASH = "–"
 
@@ -29,7 +31,8 @@ DASH = "–"
 # The columns: the one place that decides what every format shows
 # ---------------------------------------------------------------------------------------------
 
-Field = tuple[str, Callable[[SweepTable, Row], Any]]
+#: a CSV column: its name and its value of a row (getter(table, row)); every layout's rows have their own
+Field = tuple[str, Callable[[Any, Any], Any]]
 
 
 def _count(row: Row, status: str) -> int:
@@ -105,10 +108,17 @@ def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable,
     return lambda t, r: get(r.cells[value]) if value in r.cells else None
 
 
-def csv_fields(t: SweepTable) -> list[Field]:
-    """The CSV's (and the wandb.Table's) columns as ``(name, getter(table, row))``, in order."""
-    if isinstance(t, LadderTable):
-        return _ladder_fields(t)
+#: the first column of every layout's CSV: the row's label
+VARIANT_FIELD: Field = _BASE_FIELDS[0]
+
+
+def csv_fields(t: Any) -> list[Field]:
+    """The CSV's (and the wandb.Table's) columns of any layout (``TableLayout.csv_fields``)."""
+    return t.csv_fields()
+
+
+def flat_fields(t: SweepTable) -> list[Field]:
+    """A flat table's CSV columns as ``(name, getter(table, row))``, in order."""
     if t.pivoted:
         fields: list[Field] = [_BASE_FIELDS[0]]
         for v in t.column_values:
@@ -180,11 +190,18 @@ class Column:
     role: str = DETAIL
 
 
-def columns(t: SweepTable) -> list[Column]:
-    """The columns of the terminal, markdown and LaTeX tables, in order."""
-    variant = Column("variant", lambda r, x: r.label, left=True, role=HEADLINE)
-    if isinstance(t, LadderTable):
-        return [variant, *_ladder_columns(t)]
+#: the first column of every layout's human table: the row's label
+VARIANT_COLUMN = Column("variant", lambda r, x: r.label, left=True, role=HEADLINE)
+
+
+def columns(t: Any) -> list[Column]:
+    """The columns of the terminal, markdown and LaTeX tables of any layout (``TableLayout.columns``)."""
+    return t.columns()
+
+
+def flat_columns(t: SweepTable) -> list[Column]:
+    """A flat table's human columns, in order."""
+    variant = VARIANT_COLUMN
     runs = Column("runs", lambda r, x: r.status, left=True)
     if t.pivoted:
         cells = [Column(f"{t.column_label(v)} (%)",
@@ -222,90 +239,14 @@ def columns(t: SweepTable) -> list[Column]:
     return cols + [runs]
 
 
-# ---------------------------------------------------------------------------------------------
-# A ladder's columns (ablate.report.ladder): per rung the loss and the CM, then the trend
-# ---------------------------------------------------------------------------------------------
-
-def _cm_text(cell, x: str) -> str:
-    """``2.00x [1.60, 2.50]``, ``†`` when extrapolated; ``–`` without a CM."""
-    m = cell.multiplier if cell is not None else None
-    if m is None or m.cm is None:
-        return DASH
-    def num(v: float) -> str:
-        return "∞" if v == float("inf") else f"{v:.2f}"
-    text = f"{num(m.cm)}{x}" + (f" [{num(m.ci_low)}, {num(m.ci_high)}]" if m.ci_low is not None else "")
-    return text + (" †" if m.extrapolated else "")
-
-
-def _trend_text(row: LadderRow) -> str:
-    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``– (2 rungs)``: the reason, shortly."""
-    t = row.trend
-    if t is None:
-        return DASH
-    if t.slope is None:
-        return f"{DASH} ({t.reason.split(':')[0]})" if t.reason else DASH
-    text = f"{t.slope:+.2f}" + (f" [{t.ci_low:+.2f}, {t.ci_high:+.2f}]" if t.ci_low is not None else " (no CI)")
-    return text + (" ‡" if t.scale_dependent else "")
-
-
-def _ladder_columns(t: LadderTable) -> list[Column]:
-    cols = []
-    for rung in t.rungs:
-        cols += [Column(f"{rung} loss", lambda r, x, g=rung: _loss_pm(r.cells.get(g))),
-                 Column(f"{rung} CM", lambda r, x, g=rung: DASH if r.is_baseline else _cm_text(r.cells.get(g), x),
-                        role=HEADLINE)]
-    return cols + [Column("trend (log CM / log C)", lambda r, x: DASH if r.is_baseline else _trend_text(r),
-                          role=HEADLINE)]
-
-
-def _loss_pm(cell) -> str:
-    if cell is None or cell.loss_mean is None:
-        return DASH
-    return f"{cell.loss_mean:.3f}" + (f" ± {cell.loss_std:.3f}" if cell.loss_std is not None else "")
-
-
-def _multiplier_getter(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
-    def get(t, r):
-        cell = r.cells.get(rung)
-        m = cell.multiplier if cell is not None else None
-        return getattr(m, attr) if m is not None else None
-    return get
-
-
-def _cell_value(rung: str, attr: str) -> Callable[[Any, LadderRow], Any]:
-    return lambda t, r: getattr(r.cells[rung], attr) if rung in r.cells else None
-
-
-def _trend_value(attr: str) -> Callable[[Any, LadderRow], Any]:
-    return lambda t, r: getattr(r.trend, attr) if r.trend is not None else None
-
-
-def _ladder_fields(t: LadderTable) -> list[Field]:
-    """A ladder's CSV: ``variant``, per rung R ``R_loss``, ``R_loss_std``, ``R_n``, ``R_flops``,
-    ``R_cm``, ``R_cm_ci_low``, ``R_cm_ci_high``, ``R_extrapolated``; then the trend, its CI,
-    ``scale_dependent``, ``trend_note``, and ``overrides``, ``is_baseline``, ``status``."""
-    fields: list[Field] = [_BASE_FIELDS[0]]
-    for g in t.rungs:
-        fields += [(f"{g}_loss", _cell_value(g, "loss_mean")), (f"{g}_loss_std", _cell_value(g, "loss_std")),
-                   (f"{g}_n", _cell_value(g, "n")), (f"{g}_flops", _cell_value(g, "flops")),
-                   (f"{g}_cm", _multiplier_getter(g, "cm")), (f"{g}_cm_ci_low", _multiplier_getter(g, "ci_low")),
-                   (f"{g}_cm_ci_high", _multiplier_getter(g, "ci_high")),
-                   (f"{g}_extrapolated", _multiplier_getter(g, "extrapolated"))]
-    return fields + [("trend", _trend_value("slope")), ("trend_ci_low", _trend_value("ci_low")),
-                     ("trend_ci_high", _trend_value("ci_high")), ("scale_dependent", _trend_value("scale_dependent")),
-                     ("trend_note", _trend_value("reason")), ("overrides", lambda t, r: r.key),
-                     ("is_baseline", lambda t, r: r.is_baseline),
-                     ("status", lambda t, r: r.status)]
-
-
-def csv_columns(t: SweepTable) -> list[str]:
+def csv_columns(t: Any) -> list[str]:
     """The CSV's column names: ``CSV_COLUMNS``, then those of ``OPTIONAL_CSV_COLUMNS`` the records
     support and ``acc@L``/``acc@L_std`` per evaluated length when there are several; a pivoted
     table has per column value V ``V``, ``V_std``, ``V_n``, ``V_delta``, ... and ``avg`` instead."""
     return [name for name, _ in csv_fields(t)]
 
 
-def csv_rows(t: SweepTable) -> list[list[Any]]:
+def csv_rows(t: Any) -> list[list[Any]]:
     """The table as raw values (None where unknown), in ``csv_columns`` order."""
     fields = csv_fields(t)
     return [[get(t, r) for _, get in fields] for r in t.rows]

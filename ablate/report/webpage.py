@@ -23,11 +23,12 @@ import re
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ablate.report.formats import DASH, columns, csv_columns, csv_rows, title
-from ablate.report.frames import run_rows
-from ablate.report.ladder import LadderTable
-from ablate.report.table import SweepTable
+from ablate.report.frames import run_places, run_rows
+from ablate.report.layout import TableLayout
+from ablate.report.records import LoadedSweep
 from ablate.results import sort_records
 
 REPORT_FILE = "report.html"
@@ -105,7 +106,7 @@ def _head(names: list[str], left: set[int]) -> str:
                                    for i, n in enumerate(names)) + "</tr></thead>"
 
 
-def paper_table(table: SweepTable) -> str:
+def paper_table(table: TableLayout) -> str:
     """The human columns of ``ablate.report.formats.columns`` (as ``table.md``), sortable."""
     cols = columns(table)
     body = []
@@ -131,7 +132,7 @@ def _raw(value: Any) -> str:
     return str(value)
 
 
-def all_columns_table(table: SweepTable) -> str:
+def all_columns_table(table: TableLayout) -> str:
     """Every column of ``table.csv``, raw values (fractions, not percent), sortable."""
     names = csv_columns(table)
     body = "".join("<tr>" + "".join(_cell(escape(_raw(v)), isinstance(v, str), _raw(v)) for v in values) + "</tr>"
@@ -140,12 +141,27 @@ def all_columns_table(table: SweepTable) -> str:
             "</table></div>")
 
 
+#: the URL schemes a link may have; a relative path has none
+SAFE_SCHEMES = ("http", "https", "file")
+
+
+def safe_href(url: str) -> str | None:
+    """``url`` when a browser follows it as a relative path or an http(s)/file URL, else None: a
+    record is a file anyone can edit, and ``javascript:`` (or ``data:``, ...) in an href would run."""
+    if any(ord(ch) < 32 for ch in url):  # browsers drop tabs and newlines inside a scheme: java\tscript:
+        return None
+    scheme = urlsplit(url).scheme.lower()
+    return url if scheme in SAFE_SCHEMES or (not scheme and ":" not in url.split("/", 1)[0]) else None
+
+
 def _link(target: str | None, sweep_dir: Path, text: str) -> str:
-    """A link relative to the page (it sits in ``sweep_dir``), or the path as text when it is gone."""
+    """A link relative to the page (it sits in ``sweep_dir``); the path as text when it is gone or
+    would not be a safe link (``safe_href``)."""
     if not target or not Path(target).exists():
         return escape(text) if target else DASH
     rel = Path(os.path.relpath(Path(target).resolve(), sweep_dir.resolve())).as_posix()
-    return f'<a href="{escape(rel + ("/" if Path(target).is_dir() else ""))}">{escape(text)}</a>'
+    href = safe_href(rel + ("/" if Path(target).is_dir() else ""))
+    return escape(text) if href is None else f'<a href="{escape(href)}">{escape(text)}</a>'
 
 
 def _number_cell(value: Any, fmt: str, scale: float = 1.0) -> str:
@@ -155,14 +171,16 @@ def _number_cell(value: Any, fmt: str, scale: float = 1.0) -> str:
     return _cell(DASH, sort="")
 
 
-def runs_table(records: list[dict], table: SweepTable, sweep_dir: Path) -> str:
+def runs_table(records: list[dict], table: TableLayout, sweep_dir: Path) -> str:
     """One row per run: its variant, seed, status, error, figures and links to its files."""
     heads = ["job", "variant", "seed", "status", "accuracy (%)", "loss", "steps", "wall time (s)", "error",
              "directory", "record", "wandb"]
     body = []
-    for run in run_rows(records, table):
+    for run, (_, place) in zip(run_rows(records, table), run_places(records, table)):
         status = str(run.get("status") or "?")
-        cells = [_cell(escape(_raw(run["job"]))), _cell(escape(run["label"]), left=True), _cell(escape(_raw(run["seed"]))),
+        # a ladder's rung or a pivot's column beside the row's label: the row alone does not name the run
+        label = f"{place.label} · {place.column}" if place.column else place.label
+        cells = [_cell(escape(_raw(run["job"]))), _cell(escape(label), left=True), _cell(escape(_raw(run["seed"]))),
                  _cell(escape(status), left=True, css=f"status-{status}"),
                  _number_cell(run.get("accuracy"), ".1f", 100), _number_cell(run.get("loss"), ".3f"),
                  _number_cell(run.get("steps"), ".0f"), _number_cell(run.get("wall_time_s"), ".1f"),
@@ -197,33 +215,24 @@ def caption_parts(caption: str) -> list[str]:
     return [p for p in [*parts, caption[start:].rstrip(".")] if p]
 
 
-def statistics_html(table: SweepTable) -> str:
+def statistics_html(table: TableLayout) -> str:
     """The caption, one note per line, then what the table's statistics are."""
     parts = caption_parts(table.caption())
     out = "<ul>" + "".join(f"<li>{escape(p)}</li>" for p in parts) + "</ul>"
-    if isinstance(table, LadderTable):
-        return out
-    paired = table.test == "paired"
-    terms = [
-        ("mean ± std", "the mean over a variant's ok runs (one per seed), ± their sample standard deviation "
-                       "(n − 1); diverged and failed runs are left out and counted under runs."),
-        ("Δ [95% CI]", ("the mean over seeds of the variant's accuracy minus the baseline's at the same seed, in "
-                        "points; the interval is that mean ± t(0.975, n − 1) × sd / √n of the paired differences."
-                        if paired else "the variant's mean accuracy minus the baseline's, in points; the interval "
-                        "uses Welch's standard error and Welch–Satterthwaite degrees of freedom.")),
-        ("* and **", f"the {'paired' if paired else 'Welch'} t-test's two-sided p-value against the baseline, "
-                     f"Holm–Bonferroni-corrected across the table's {table.n_comparisons} comparison(s), is below "
-                     "0.05 (*) or 0.01 (**); p_value and p_corrected under all columns hold both."),
-        ("speed, memory, FLOPs ratio", "the variant's tokens/s, peak training memory and training FLOPs over the "
-                                       "baseline's: speed above 1x is faster, memory above 1x uses more."),
-    ]
-    return out + "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in terms) + "</dl>"
+    terms = table.statistics_terms()
+    return out + ("<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in terms) + "</dl>"
+                  if terms else "")
 
 
-def to_html(table: SweepTable, records: list[dict], sweep_dir: str | Path, figures: dict[str, Path]) -> str:
-    """The page (see the module's docstring); ``figures``: name -> PNG file, shown in this order."""
+def to_html(table: TableLayout, records: list[dict] | LoadedSweep | None, sweep_dir: str | Path,
+            figures: dict[str, Path]) -> str:
+    """The page (see the module's docstring) of any layout; ``records``: the sweep's (a
+    ``LoadedSweep``, or None for the one the table was built from); ``figures``: name -> PNG file,
+    shown in this order."""
     sweep_dir = Path(sweep_dir)
-    records = sort_records(records)
+    if records is None:
+        records = table.sweep.records if table.sweep is not None else []
+    records = sort_records(records.records if isinstance(records, LoadedSweep) else records)
     counts: dict[str, int] = {}
     for r in records:
         counts[str(r.get("status"))] = counts.get(str(r.get("status")), 0) + 1
