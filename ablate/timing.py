@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -147,39 +149,105 @@ def device_name(config: DictConfig) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
-def _read_cache() -> dict[str, Any]:
+#: the cache's notes already printed by this process (a bad entry is named once, however often it is read)
+_NOTED: set[str] = set()
+
+
+def _note(text: str) -> None:
+    if text not in _NOTED:
+        _NOTED.add(text)
+        print(f"[ablate] note: {text}", file=sys.stderr, flush=True)
+
+
+def _number(value: Any) -> bool:
+    """A finite number, not negative (not a bool, not NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """Why one cache entry cannot be used (None when it can): ``{"samples": [...], "at": time}``,
+    each sample with a positive finite ``step_s`` and, where given, finite ``low_s``, ``high_s``,
+    ``other_s`` and ``at``."""
+    if not isinstance(entry, dict):
+        return f"a {type(entry).__name__}, not an object with samples"
+    if not isinstance(entry.get("samples"), list):
+        return "no list of samples"
+    if "at" in entry and not _number(entry["at"]):
+        return f'"at" is {entry["at"]!r}, not a time in seconds'
+    return next((f"sample {n} {problem}" for n, sample in enumerate(entry["samples"])
+                 if (problem := _sample_problem(sample))), None)
+
+
+def _sample_problem(sample: Any) -> str | None:
+    """Why one measurement cannot be used (None when it can)."""
+    if not isinstance(sample, dict):
+        return f"is a {type(sample).__name__}, not an object"
+    if not (_number(sample.get("step_s")) and sample["step_s"] > 0):
+        return f"has step_s {sample.get('step_s')!r}, not a positive number of seconds"
+    bad = next((k for k in ("low_s", "high_s", "other_s", "at") if sample.get(k) is not None
+                and not _number(sample[k])), None)
+    if bad:
+        return f"has {bad} {sample[bad]!r}, not a number of seconds"
+    return None if isinstance(sample.get("id"), (str, type(None))) else f"has id {sample['id']!r}, not a string"
+
+
+def _read_cache() -> tuple[dict[str, Any], bool]:
+    """The cache's usable entries, and whether the file is there but not a cache at all (not JSON,
+    or not an object). It is advisory: a bad entry is left out with one note naming the file and the
+    entry, never raised, so it can neither stop a plan or a sweep nor cost a sweep its table."""
+    path = cache_path()
     try:
-        cache = json.loads(cache_path().read_text())
-    except (OSError, ValueError):  # none yet, or unreadable: start afresh
-        return {}
-    return cache if isinstance(cache, dict) else {}
+        cache = json.loads(path.read_text())
+    except FileNotFoundError:  # none yet
+        return {}, False
+    except (OSError, ValueError) as error:  # unreadable: estimates start afresh
+        _note(f"the step-time cache {path} cannot be read ({type(error).__name__}: {error}); ignoring it")
+        return {}, path.is_file()
+    if not isinstance(cache, dict):
+        _note(f"the step-time cache {path} holds a JSON {type(cache).__name__}, not an object of entries; ignoring it")
+        return {}, True
+    good = {}
+    for key, entry in cache.items():
+        problem = _entry_problem(entry)
+        if problem:
+            _note(f"the step-time cache {path}: ignoring entry {key!r} ({problem})")
+        else:
+            good[key] = entry
+    return good, False
 
 
 def recall(key: str) -> list[dict[str, Any]]:
     """The measurements cached under ``key``, oldest first: each ``{"step_s", "low_s", "high_s",
     "other_s", "source", "id", "at"}`` (``other_s``: a job's seconds besides its steps, from a
     finished job's record; None from a timing)."""
-    samples = (_read_cache().get(key) or {}).get("samples")
-    return [s for s in samples if isinstance(s, dict) and s.get("step_s")] if isinstance(samples, list) else []
+    entry = _read_cache()[0].get(key)
+    return list(entry["samples"]) if entry else []
 
 
 def remember(samples: dict[str, list[dict[str, Any]]]) -> None:
     """Add measurements (key -> samples) to the cache; a sample whose ``id`` is there already is
-    skipped. A cache that cannot be written is left as it is (it only saves time)."""
+    skipped, and so is one that is not a usable measurement. The cache is written back with its
+    usable entries only (each bad one was named as it was read); a file that was no cache at all is
+    kept beside it (``step_times.json.unreadable``). A cache that cannot be written is left as it is
+    (it only saves time)."""
     from ablate.results import write_json_atomic
 
     if not samples:
         return
-    cache = _read_cache()
+    cache, unreadable = _read_cache()
     for key, new in samples.items():
-        entry = cache.get(key) if isinstance(cache.get(key), dict) else {"samples": []}
+        entry = cache.get(key) or {"samples": []}
         known = {s.get("id") for s in entry["samples"] if s.get("id")}
-        entry["samples"] = (entry["samples"] + [dict(s, at=time.time()) for s in new
-                                                if not s.get("id") or s["id"] not in known])[-SAMPLES_PER_KEY:]
-        entry["at"] = time.time()
-        cache[key] = entry
-    newest = sorted(cache, key=lambda k: cache[k].get("at", 0) if isinstance(cache[k], dict) else 0)[-MAX_KEYS:]
+        fresh = [dict(s, at=time.time()) for s in new if (not s.get("id") or s["id"] not in known)
+                 and _sample_problem(s) is None]  # a measurement that is no time (NaN, say) is not kept
+        if fresh:
+            cache[key] = {**entry, "samples": (entry["samples"] + fresh)[-SAMPLES_PER_KEY:], "at": time.time()}
+    newest = sorted(cache, key=lambda k: cache[k].get("at", 0))[-MAX_KEYS:]
+    path = cache_path()
     try:
-        write_json_atomic(cache_path(), {k: cache[k] for k in newest})
+        if unreadable:
+            os.replace(path, path.with_name(path.name + ".unreadable"))
+            _note(f"the step-time cache {path} was not a cache; kept as {path.name}.unreadable, written afresh")
+        write_json_atomic(path, {k: cache[k] for k in newest})
     except OSError:
         pass
