@@ -26,6 +26,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ablate.launchers import sweeper_kind, sweeper_refusal
+from ablate.tracking import uses_wandb
 
 
 def _refuse(message: str) -> None:
@@ -89,7 +90,7 @@ class SweepCallbacks(Callback):
         from ablate.sweep import load_sweep_records
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        wandb = config.logger.name == "wandb"
+        wandb = uses_wandb(config.logger)
         elsewhere = _trained_elsewhere(sweep_dir)
         if elsewhere:
             print(f"[ablate] {len(elsewhere)} job(s) of this sweep are being trained by another process, not here: "

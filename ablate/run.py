@@ -30,6 +30,7 @@ from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group
 from ablate.launchers import sweeper_refusal
 from ablate.results import read_record, record_problems, write_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
+from ablate.tracking import uses_wandb
 from ablate.sweep import design_labels, job_signature
 
 
@@ -252,7 +253,7 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
     checkpoint's, for a directory from before it kept one), tagged and with the job's command line
     as notes. None with another logger, ``WANDB_MODE=disabled``, or when wandb cannot start at all:
     the job trains without it (a warning says why) and its record's ``wandb`` is null."""
-    if cfg.logger.name != "wandb":
+    if not uses_wandb(cfg.logger):
         return None
     import warnings
 

@@ -40,6 +40,7 @@ from ablate.launchers import launcher_kind
 from ablate.planner import Planner, SweepError, choose_lr, final_stage, launcher_compose, lr_text
 from ablate.results import load_records
 from ablate.stops import STOP_SIGNALS, SignalHandlers
+from ablate.tracking import uses_wandb
 from ablate.sweep import SweepPlan
 
 
@@ -71,7 +72,7 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
 
     print(start_line(planner, plan, sweep_dir), flush=True)  # earlier runs' step times only: nothing is timed
     launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
-    if config.logger.name == "wandb" and launcher in ("joblib", "submitit_local"):
+    if uses_wandb(config.logger) and launcher in ("joblib", "submitit_local"):
         from ablate.tracking import share_service
 
         share_service()  # the job processes on this machine log through this process's wandb service

@@ -55,11 +55,11 @@ def test_the_redo_command_quotes_its_directory() -> None:
 @pytest.mark.slow
 def test_a_sweep_whose_end_fails_exits_1_naming_the_part_and_the_command(tmp_path: Path, tiny: list[str]) -> None:
     """Through the real CLI: the report cannot be written (a directory stands where it goes); the
-    table files still are, the sweep exits 1 with one line naming report.html and the command, and
+    table files (and the table in the sweep's TensorBoard) still are, the sweep exits 1 with one line naming report.html and the command, and
     that command, once the way is clear, writes the report."""
     sweep = tmp_path / "sweep"
     _blocked(sweep, REPORT_FILE)
-    out = run_cli(["-m", *tiny, "logger=none", "trainer.max_steps=20", "qkv_sharing=independent,qk_shared",
+    out = run_cli(["-m", *tiny, "logger=tensorboard", "trainer.max_steps=20", "qkv_sharing=independent,qk_shared",
                    f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 1, out.stderr[-3000:]
     assert [r["status"] for r in records(sweep)] == ["ok", "ok"]
@@ -67,6 +67,7 @@ def test_a_sweep_whose_end_fails_exits_1_naming_the_part_and_the_command(tmp_pat
     assert f"{REPORT_FILE} (IsADirectoryError" in line and redo_command(sweep) in line, line
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     assert {"table.md", "table.csv", "table.png"} <= {p.name for p in sweep.iterdir()}
+    assert list((sweep / "tensorboard" / "table").glob("events.out.tfevents.*"))  # the loggers' table too
     (sweep / REPORT_FILE / "keep").unlink()
     (sweep / REPORT_FILE).rmdir()
     redo = run_cli(redo_command(sweep).split()[1:], tmp_path, script="ablate-table")

@@ -94,10 +94,12 @@ def describe_error(error: BaseException) -> str:
 
 
 def publish(table: SweepTable, records: list[dict], sweep_dir: str | Path, *, save: bool = True,
-            html: bool = True, wandb: bool = False) -> Published:
+            html: bool = True, wandb: bool = False, loggers: bool | None = None) -> Published:
     """A sweep's end (and ``ablate-table --save --html --wandb``): each artefact on its own (the
-    table files and each figure, ``report.html``, the wandb table run), so one that fails costs only
-    itself; what failed is named in ``problems``. Never raises for an artefact."""
+    table files and each figure, ``report.html``, the wandb table run, the table in the sweep's
+    TensorBoard and MLflow: ``report.loggers.log_table``, with ``loggers``, by default when saved),
+    so one that fails costs only itself; what failed is named in ``problems``. Never raises for an
+    artefact."""
     d = Path(sweep_dir)
     done = Published()
     if save:
@@ -124,6 +126,10 @@ def publish(table: SweepTable, records: list[dict], sweep_dir: str | Path, *, sa
             done.wandb_dir = log_to_wandb(table, d, done.written if save else None, strict=True)
         except Exception as error:  # noqa: BLE001
             done.problems.append(f"the wandb table run ({describe_error(error.__cause__ or error)})")
+    if save if loggers is None else loggers:
+        from ablate.report.loggers import log_table
+
+        done.problems += log_table(table, d, done.written)  # TensorBoard, MLflow: those the jobs logged to
     return done
 
 
