@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli
 
-from ablate.report import LadderTable, build_table, render, save_outputs
+from ablate.report import LadderTable, build_table, load, render, save_outputs
 from ablate.report.formats import FORMATS
 
 RUNGS = ["xs", "s", "m", "l"]
@@ -178,6 +178,10 @@ def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
     header = (sweep / "table.csv").read_text().splitlines()[0].split(",")
     assert header[0] == "variant" and sum(c.endswith("_loss") for c in header) == 3, header  # one per rung
     assert (sweep / "scaling.png").is_file() and not (sweep / "table.png").exists()
+    # on the old code a ladder sweep ended without report.html, and load() raised AttributeError
+    assert "scaling.png" in (sweep / "report.html").read_text()
+    frames = load(sweep)
+    assert set(frames.records["variant"]) == set(frames.table["variant"]) and len(frames.table) == 2
 
 
 def test_a_tuned_ladder_is_built_from_the_runs_at_each_chosen_lr(tmp_path):
