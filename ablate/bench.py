@@ -27,9 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.paths import CONF_DIR
 from ablate.planner import Planner, SweepError, variant_configs
-from ablate.resolvers import register_resolvers
 from ablate.results import write_json_atomic
 from ablate.sweep import group_by_variant, load_sweep_records, override_key
 from ablate.timing import interleaved
@@ -75,17 +73,17 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
     """The variants of the sweep that ``ablate -m OVERRIDES`` would run (planned and validated as
     the sweeper plans them: design rows included), each composed once with ``seed=0``, keyed by
     their variant (``ablate.sweep``: the key the table looks them up by). Raises SweepError."""
-    from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+    from ablate.compose import compose, hydra_initialized
+
+    with hydra_initialized():  # the planner parses the sweep with Hydra's config loader
         cli = OverridesParser.create().parse_overrides(overrides)
         fixed = [o.input_line for o in cli if not o.is_sweep_override()]
-        base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+        base = compose(fixed, hydra_config=True)
 
         def compose_job(job: list[str]) -> DictConfig:
-            cfg = compose(config_name="config", overrides=job)
+            cfg = compose(job)
             return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
         planner = Planner(base, compose_job, arguments=list(overrides))

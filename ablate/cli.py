@@ -157,12 +157,12 @@ def _search_path(argv: list[str]) -> list[str]:
 
 def _missing_option(argv: list[str]) -> bool:
     """Whether the command line chooses a config group option that does not exist."""
-    from hydra import compose, initialize_config_dir
     from hydra.errors import MissingConfigException
 
+    from ablate.compose import compose
+
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            compose(config_name="config", overrides=_search_path(argv) + _overrides(argv))
+        compose(_search_path(argv) + _overrides(argv))
     except MissingConfigException:
         return True
     except Exception:  # noqa: BLE001 - another composition error: Hydra's message and exit code stand
@@ -175,27 +175,27 @@ def _unknown_key(argv: list[str]) -> str | None:
     valid keys of its node; None for any other composition error (Hydra's message stands)."""
     import re
 
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
+
+    from ablate.compose import compose
 
     unknown: dict[str, str] = {}
     try:
         overrides = _overrides(argv)
         search = _search_path(argv)
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            for _ in range(len(overrides) + 1):  # drop one unknown key at a time until it composes
-                rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in unknown]
-                try:
-                    cfg = compose(config_name="config", overrides=search + rest)
-                    break
-                except Exception as error:  # noqa: BLE001 - find the key Hydra could not override
-                    match = re.search(r"Could not override '([^']+)'", str(error))
-                    if not match:
-                        return None
-                    key = match.group(1)
-                    unknown[key] = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key)
-            else:
-                return None
+        for _ in range(len(overrides) + 1):  # drop one unknown key at a time until it composes
+            rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in unknown]
+            try:
+                cfg = compose(search + rest)
+                break
+            except Exception as error:  # noqa: BLE001 - find the key Hydra could not override
+                match = re.search(r"Could not override '([^']+)'", str(error))
+                if not match:
+                    return None
+                key = match.group(1)
+                unknown[key] = next(o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key)
+        else:
+            return None
     except Exception:  # noqa: BLE001 - no better message than Hydra's
         return None
     lines = []

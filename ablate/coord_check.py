@@ -27,8 +27,6 @@ from typing import Any, Iterable
 import torch
 import torch.nn as nn
 
-from ablate.paths import CONF_DIR
-from ablate.resolvers import register_resolvers
 
 KINDS = ("embedding", "attention", "ffn", "block", "logits")
 DEFAULT_WIDTHS = (32, 64, 128, 256)
@@ -82,24 +80,20 @@ def coord_check(overrides: Iterable[str] = (), widths: Iterable[int] = DEFAULT_W
                 parametrizations: Iterable[str] = ("standard", "mup")) -> list[dict[str, Any]]:
     """One row per (parametrization, width, seed, step, layer): its output RMS (``rms``). Raises
     ``ablate.config.ConfigError`` naming every problem of a config before anything trains."""
-    from hydra import compose, initialize_config_dir
-
+    from ablate.compose import compose
     from ablate.config import validate
 
     widths, overrides = sorted(int(w) for w in widths), list(overrides)
     base = [] if any(o.split("=")[0].lstrip("+") == "model.mup_base_width" for o in overrides) \
         else [f"model.mup_base_width={widths[0]}"]
-    register_resolvers()
     configs = []
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        for parametrization in parametrizations:
-            for width in widths:
-                for seed in seeds:
-                    cfg = compose(config_name="config", overrides=[
-                        *overrides, *base, f"model.d_model={width}", f"model.parametrization={parametrization}",
-                        f"seed={seed}"])
-                    validate(cfg)
-                    configs.append((parametrization, width, seed, cfg))
+    for parametrization in parametrizations:
+        for width in widths:
+            for seed in seeds:
+                cfg = compose([*overrides, *base, f"model.d_model={width}", f"model.parametrization={parametrization}",
+                               f"seed={seed}"])
+                validate(cfg)
+                configs.append((parametrization, width, seed, cfg))
     rows = []
     for parametrization, width, seed, cfg in configs:
         for step, seen in enumerate(_run(cfg, steps, lr), start=1):

@@ -27,15 +27,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from hydra import compose, initialize_config_dir
 
-from ablate.paths import CONF_DIR
-from ablate.resolvers import register_resolvers
+from ablate.compose import compose
 from ablate.lit import train_step
 from ablate.optim import make_optimizer, warmup_cosine
 from ablate.train import build, make_trainer, quiet_lightning
-
-register_resolvers()  # the config's ${ablate_size:...} presets
 
 YARDSTICK = ["task=lm", "task.seq_len=128", "task.batch_size=32", "model.d_model=128", "model.n_layers=4",
              "model.n_heads=4", "model.causal=true", "pos_enc=learned", "norm=layernorm", "ffn=gelu",
@@ -85,8 +81,7 @@ def main() -> None:
     args = parser.parse_args()
 
     quiet_lightning()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        cfg = compose(config_name="config", overrides=YARDSTICK + args.overrides)
+    cfg = compose(YARDSTICK + args.overrides)
     data, model, module = build(cfg)
     loader = data.train_dataloader()
     params = sum(p.numel() for p in model.parameters())

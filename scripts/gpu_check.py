@@ -40,9 +40,9 @@ from typing import Any, Callable
 
 import torch
 
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ablate.compose import compose
 from ablate.config import CONFIG_GROUPS
 from ablate.lit import masked_loss
 from ablate.optim import make_optimizer
@@ -50,12 +50,10 @@ from ablate.measure import peak_flops, synchronize
 from ablate.model import SIZES, build_model
 from ablate.model.patterns import FlexScores, flex_available
 from ablate.paths import CONF_DIR
-from ablate.resolvers import register_resolvers
 from ablate.job import Job
 from ablate.run import run_job
 from ablate.train import build, quiet_lightning
 
-register_resolvers()  # the config's ${ablate_size:...} presets
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -170,11 +168,6 @@ def fresh_compile() -> None:
     torch._dynamo.reset()
 
 
-def compose_cfg(overrides: list[str]) -> Any:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
-
-
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -268,7 +261,7 @@ def check_options(c: Checker) -> None:
 
         def run(overrides: list[str] = overrides, i: int = i) -> tuple[str, str, dict]:
             fresh_compile()
-            cfg = compose_cfg(overrides)
+            cfg = compose(overrides)
             job = Job(c.out / "options" / f"{i:02d}", overrides, {}, None, None,
                       torch_threads=1 if plan.dry else None)
             record = run_job(cfg, job)
@@ -285,8 +278,8 @@ def check_options(c: Checker) -> None:
 
 def flex_model(plan: Plan, pos: str, causal: bool) -> torch.nn.Module:
     d, heads, layers = plan.flex_shape
-    cfg = compose_cfg(["logger=none", f"pos_enc={pos}", f"model.causal={str(causal).lower()}",
-                       f"model.d_model={d}", f"model.n_heads={heads}", f"model.n_layers={layers}"])
+    cfg = compose(["logger=none", f"pos_enc={pos}", f"model.causal={str(causal).lower()}",
+                   f"model.d_model={d}", f"model.n_heads={heads}", f"model.n_layers={layers}"])
     torch.manual_seed(0)
     return build_model(cfg, 256, 256, 4096).to(plan.device)
 
@@ -350,7 +343,7 @@ def check_compile(c: Checker) -> None:
         fresh_compile()
         res = {}
         for compiled in (False, True):
-            cfg = compose_cfg(lm_overrides(plan, shape, [f"model.compile={str(compiled).lower()}"]))
+            cfg = compose(lm_overrides(plan, shape, [f"model.compile={str(compiled).lower()}"]))
             _, model, batches = lm_batches(cfg, plan, 4)
             res[compiled] = timed_steps(model, batches, plan, plan.warmup, plan.timed)
         eager, comp = res[False], res[True]
@@ -367,7 +360,7 @@ def check_compile(c: Checker) -> None:
         fresh_compile()
         res = {}
         for compiled in (False, True):
-            cfg = compose_cfg(lm_overrides(plan, ["model.size=xs"], ["pos_enc=alibi", f"model.compile={str(compiled).lower()}"]))
+            cfg = compose(lm_overrides(plan, ["model.size=xs"], ["pos_enc=alibi", f"model.compile={str(compiled).lower()}"]))
             _, model, batches = lm_batches(cfg, plan, 4)
             assert isinstance(model.mask(batches[0][0])[0], FlexScores), "the flex path is not taken"
             res[compiled] = timed_steps(model, batches, plan, 3, 10)
@@ -411,7 +404,7 @@ def check_throughput(c: Checker, memory: dict[str, Row]) -> None:
     results: dict[str, Any] = {}
 
     def plain() -> tuple[str, str, dict]:
-        cfg = compose_cfg(lm_overrides(plan, [f"model.size={size}"]))
+        cfg = compose(lm_overrides(plan, [f"model.size={size}"]))
         data, model, batches = lm_batches(cfg, plan, 8)
         fpt = float(model.flops_per_token(data.seq_len, data.batch_size))
         r = timed_steps(model, batches, plan, plan.warmup, plan.timed)
@@ -423,7 +416,7 @@ def check_throughput(c: Checker, memory: dict[str, Row]) -> None:
 
     def ablate() -> tuple[str, str, dict]:
         overrides = lm_overrides(plan, [f"model.size={size}"], [f"trainer.max_steps={steps}", f"measure.warmup_steps={plan.warmup}"])
-        cfg = compose_cfg(overrides)
+        cfg = compose(overrides)
         job = Job(c.out / "throughput", overrides, {}, None, None, torch_threads=1 if plan.dry else None)
         record = run_job(cfg, job)
         m = record["metrics"]

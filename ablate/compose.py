@@ -1,0 +1,63 @@
+"""The config composed in process, and the tiny config.
+
+* :func:`compose`: the config ``ablate OVERRIDES`` composes (``ablate/conf``, resolvers registered),
+  through Hydra's compose API: for ``ablate``'s own messages, ``ablate-bench``, ``ablate-coord-check``,
+  the scripts and the tests;
+* :func:`hydra_initialized`: Hydra's global state on that config tree for a block, for code that
+  reads it besides composing (``ablate-bench``'s planner: Hydra's config loader);
+* :data:`TINY`, :func:`tiny_overrides`: the overrides of a tiny model that trains in seconds on a
+  CPU (the tests' runs), and what a test changes in them, by key.
+
+Hydra is imported when something is composed, not with this module (``ablate``'s start-up).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from ablate.paths import CONF_DIR
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+#: A tiny model under ``trainer=debug`` (6 steps, no progress bar), 2 untimed steps.
+TINY: tuple[str, ...] = ("trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+                         "task.batch_size=8", "measure.warmup_steps=2")
+
+
+def _key(override: str) -> str:
+    """``model.d_model`` of ``model.d_model=16`` (``+``/``++``/``~`` prefixes left out)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def tiny_overrides(*changes: str, without: Iterable[str] = ()) -> list[str]:
+    """:data:`TINY` with ``changes``: one that sets a key TINY sets takes its place, another is
+    added at the end; then the keys in ``without`` left out (``"trainer"``: the default trainer
+    instead of ``trainer=debug``; ``"measure.memory"``: memory measured after all)."""
+    changed = {_key(c): c for c in changes}
+    out = [changed.pop(_key(o), o) for o in TINY] + list(changed.values())
+    dropped = set(without)
+    return [o for o in out if _key(o) not in dropped]
+
+
+@contextmanager
+def hydra_initialized() -> Iterator[None]:
+    """Hydra initialised on the package's config tree for the block; Hydra's state before it
+    comes back after it (nested blocks and calls of :func:`compose` inside it are fine)."""
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        yield
+
+
+def compose(overrides: Iterable[str] = (), *, hydra_config: bool = False) -> DictConfig:
+    """The config ``ablate`` composes for ``overrides`` (its ``hydra`` node too with
+    ``hydra_config``: what a sweeper gets), resolvers registered. Raises Hydra's errors."""
+    from hydra import compose as hydra_compose
+
+    from ablate.resolvers import register_resolvers
+
+    register_resolvers()
+    with hydra_initialized():
+        return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_config)
