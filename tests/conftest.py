@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ablate.compose import TINY, compose, tiny_overrides
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 # Step times measured by tests (ablate --plan, sweeps) go to a cache of their own, not the user's
@@ -56,14 +58,17 @@ def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str
                           capture_output=True, timeout=timeout)
 
 
-def compose_cfg(overrides: list[str]):
-    """The config `ablate` composes for ``overrides``, through Hydra's compose API (in-process)."""
-    from hydra import compose, initialize_config_dir
+# The config `ablate` composes for overrides, in process (Hydra's compose API), and the tiny config's
+# overrides: ablate.compose, shared with the package and scripts/. A test's own changes to TINY are
+# named there, by key: tiny_overrides(*changes, without=keys).
+compose_cfg = compose
 
-    from ablate.paths import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=overrides)
+#: what runs in process (a test calls run_job) changes in TINY: a smaller batch and sequence, one
+#: untimed step, no memory accounting (tensor by tensor: slow), no logger, an evaluation every 2 steps
+IN_PROCESS = ("task.batch_size=4", "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "logger=none",
+              "eval.every=2")
+#: what a sweep through the CLI changes in TINY: no logger, 6 steps (said, for the tests that leave out trainer=debug)
+QUIET = ("trainer.max_steps=6", "logger=none")
 
 
 def records(sweep_dir: Path) -> list[dict]:
@@ -248,9 +253,8 @@ def one_thread():
 
 @pytest.fixture
 def tiny() -> list[str]:
-    """Overrides for a tiny, fast model."""
-    return ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
-            "measure.warmup_steps=2"]
+    """Overrides for a tiny, fast model: ablate.compose.TINY."""
+    return list(TINY)
 
 
 # ---------------------------------------------------------------------------- the built-in options

@@ -7,21 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import IN_PROCESS, compose_cfg
 from omegaconf import DictConfig
 
+from ablate.compose import tiny_overrides
 from ablate.job import Job
-from ablate.paths import CONF_DIR
 from ablate.run import run_job
 from ablate.train import job_cost
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
-        "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "logger=none", "eval.every=2"]
+TINY = tiny_overrides(*IN_PROCESS)
 
 
 def config(*overrides: str) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=[*TINY, *overrides])
+    return compose_cfg([*TINY, *overrides])
 
 
 def run(tmp_path: Path, *overrides: str) -> dict:

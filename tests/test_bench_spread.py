@@ -6,10 +6,10 @@ from __future__ import annotations
 from conftest import compose_cfg
 
 from ablate.bench import DISAGREE, round_spread, spread_lines
+from ablate.compose import tiny_overrides
 from ablate.timing import interleaved
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
-        "logger=none"]
+TINY = tiny_overrides("logger=none")
 
 
 def test_the_per_round_ratios_are_shown_and_disagreeing_rounds_warned(one_thread) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from conftest import compose_cfg
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ablate.paths import CONF_DIR
@@ -54,8 +53,7 @@ def test_every_docs_page_is_on_the_readme_map() -> None:
 
 
 def _experiment(name: str):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    return compose_cfg([f"experiment={name}"], hydra_config=True)
 
 
 def _runs(cfg) -> int | None:

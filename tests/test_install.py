@@ -25,13 +25,15 @@ from omegaconf import OmegaConf
 
 from conftest import REPO, cli_env, records, wandb_run_info, wandb_summary
 
+from ablate.compose import tiny_overrides
+
 pytestmark = pytest.mark.slow  # pip install into a fresh venv, then its console scripts
 
 MAIN_PYTHON = REPO / ".venv" / "bin" / "python"
 EXAMPLE_CONF_REL = Path("examples") / "my_lab" / "conf"
 EXPERIMENT = "sigmoid_count"
-TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8", "task.n_test=64",
-        "measure.warmup_steps=2", "trainer.enable_progress_bar=false"]
+# the default trainer (trainer=debug where a test says so; the example's sweep: 8 steps)
+TINY = tiny_overrides("task.n_test=64", "trainer.enable_progress_bar=false", without=["trainer"])
 COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "build", ".pytest_cache",
                                      "outputs", "multirun", "wandb")
 

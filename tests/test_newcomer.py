@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import records, run_cli
+from conftest import QUIET, records, run_cli
+
+from ablate.compose import tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test runs the real `ablate` CLI
 
-TINY = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2",
-        "trainer.max_steps=6", "logger=none"]
+TINY = tiny_overrides(*QUIET, without=["trainer"])  # the default trainer, as a newcomer runs it
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
@@ -54,7 +55,7 @@ def test_plan_of_an_invalid_sweep_names_the_problem(tmp_path: Path) -> None:
 
 def test_smoke_shrinks_an_experiment_and_the_table_says_so(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    tiny = [a for a in TINY if not a.startswith("trainer.max_steps")]
+    tiny = tiny_overrides("logger=none", without=["trainer"])  # no trainer.max_steps: --smoke sets the steps
     out = run_cli(["--smoke", "-m", "experiment=init", *tiny, "seed=0,1,2", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     recs = records(sweep)

@@ -18,9 +18,10 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn as nn
-from conftest import compose_cfg
+from conftest import IN_PROCESS, compose_cfg
 from omegaconf import OmegaConf
 
+from ablate.compose import tiny_overrides
 from ablate.config import config_problems
 from ablate.job import Job, slurm_fields
 from ablate.report.cli import main as ablate_table
@@ -29,9 +30,7 @@ from ablate.results import RESULT_FILE, record_problems
 from ablate.run import run_job
 from ablate.sweep import load_sweep_records
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
-        "task.seq_len=16", "measure.warmup_steps=1", "trainer.enable_progress_bar=false", "logger=none",
-        "eval.every=2"]
+TINY = tiny_overrides(*IN_PROCESS, without=["measure.memory"])  # memory measured: a record's peak memory is checked
 JOBS = [["pos_enc=learned", "seed=0"], ["pos_enc=rope", "seed=0"], ["pos_enc=rope", "seed=1"],
         ["pos_enc=rope", "seed=2", "optim.lr=1e9"]]  # the last one diverges
 EDITED = "pos_enc=rope,seed=1"  # the job whose record each case edits

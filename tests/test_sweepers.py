@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import records, run_cli
+from conftest import QUIET, compose_cfg, records, run_cli
 
 from ablate.cli import FLAGS, expand_flags
+from ablate.compose import tiny_overrides
 from ablate.config import config_problems, optimized_value
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
-        "measure.warmup_steps=2", "trainer.max_steps=6", "logger=none"]
+TINY = tiny_overrides(*QUIET)
 
 
 # ---------------------------------------------------------------------------------- flags
@@ -128,9 +128,4 @@ def test_the_value_returned_to_a_sweeper() -> None:
 
 
 def _composed(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    from ablate.paths import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=[*TINY, *overrides])
+    return compose_cfg([*TINY, *overrides])
