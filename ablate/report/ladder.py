@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.report.caption import LadderCaptionText
-from ablate.report.layout import RunPlace
+from ablate.report.layout import Figure, RunPlace
 from ablate.report.ladder_view import (ladder_columns, ladder_fields, ladder_figures, ladder_wandb_config,
                                        ladder_wandb_summary)
 from ablate.report.record_fields import (budget_of, experiment_of, first_value, metric_of, seed_of, smoke_of)
@@ -110,8 +109,8 @@ class LadderTable(LadderCaptionText):
     def csv_fields(self) -> list[Field]:
         return ladder_fields(self)
 
-    def draw_figures(self, directory: Path) -> dict[str, Path]:
-        return ladder_figures(self, directory)
+    def figures(self) -> list[Figure]:
+        return ladder_figures(self)
 
     def image_key(self, name: str) -> str:
         return "scaling" if name == "png" else name

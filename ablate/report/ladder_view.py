@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ablate.report.caption import title
+from ablate.report.layout import Figure
 from ablate.report.table_columns import DASH, HEADLINE, VARIANT_COLUMN, VARIANT_FIELD, Column, Field, _loss
 from ablate.results import atomic_file
 
@@ -16,9 +17,9 @@ from ablate.results import atomic_file
 LadderTable = LadderRow = Any
 
 
-def ladder_figures(table: LadderTable, directory: Path) -> dict[str, Path]:
+def ladder_figures(table: LadderTable) -> list[Figure]:
     """A ladder's one figure, ``scaling.png``, as its ``png``."""
-    return {"png": scaling_plot(table, Path(directory) / "scaling.png")}
+    return [Figure("png", "scaling.png", lambda path: scaling_plot(table, path))]
 
 
 def ladder_wandb_config(table: LadderTable) -> dict[str, Any]:

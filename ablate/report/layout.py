@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ablate.report.records import LoadedSweep
@@ -26,6 +26,16 @@ class RunPlace:
     key: str
     label: str
     column: str = ""
+
+
+class Figure(NamedTuple):
+    """One figure of a layout: its key (``png`` for the main one; wandb's key is ``image_key(key)``),
+    its file name, and what draws it to a path (returning the path, or None when the records hold
+    nothing to draw). One at a time, so that a figure that fails costs only itself."""
+
+    key: str
+    file: str
+    draw: Callable[[Path], Path | None]
 
 
 @runtime_checkable
@@ -59,11 +69,11 @@ class TableLayout(Protocol):
     def latex_note(self, all_columns: bool = False) -> str:
         """The note under the LaTeX table."""
 
-    def draw_figures(self, directory: Path) -> dict[str, Path]:
-        """Write the layout's figures into ``directory``: ``{"png": its main figure, name: another}``."""
+    def figures(self) -> list[Figure]:
+        """The layout's figures, its main one (key ``png``) first."""
 
     def image_key(self, name: str) -> str:
-        """The wandb key of the figure ``draw_figures`` returned under ``name``."""
+        """The wandb key of the figure whose key is ``name``."""
 
     def wandb_config(self) -> dict[str, Any]:
         """What the table run's config adds to what every table has (rows, baseline, ...)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.caption import title
+from ablate.report.layout import Figure
 from ablate.report.ladder_view import scaling_plot  # a ladder's figure; imported from here too (publish)
 from ablate.report.stats import finite
 from ablate.report.rows import Row
@@ -127,16 +128,12 @@ def plot(table: SweepTable, path: str | Path) -> Path:
     return _save(table_figure(table), path)
 
 
-def flat_figures(table: SweepTable, directory: Path) -> dict[str, Path]:
-    """A flat table's figures in ``directory``: ``table.png`` as ``png``, and ``curves.png`` and
-    ``lr.png`` when the records support them."""
-    directory = Path(directory)
-    written = {"png": plot(table, directory / "table.png")}
-    for name, draw in (("curves", curves), ("lr", lr_plot)):
-        path = draw(table, directory / f"{name}.png")
-        if path is not None:
-            written[name] = path
-    return written
+def flat_figures(table: SweepTable) -> list[Figure]:
+    """A flat table's figures: ``table.png`` as ``png``, and ``curves.png`` and ``lr.png`` (drawn
+    when the records support them)."""
+    return [Figure("png", "table.png", lambda path: plot(table, path)),
+            Figure("curves", "curves.png", lambda path: curves(table, path)),
+            Figure("lr", "lr.png", lambda path: lr_plot(table, path))]
 
 
 def table_figure(table: SweepTable):

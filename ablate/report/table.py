@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.ladder import N_BOOT, LadderTable, NotALadder, build_ladder, is_ladder
-from ablate.report.layout import RunPlace, TableLayout
+from ablate.report.layout import Figure, RunPlace, TableLayout
 from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
                                          metric_of, sharing_of, smoke_of, train_length)
 from ablate.report.records import LoadedSweep, bench_speeds, sweep_of_records
@@ -153,10 +152,10 @@ class SweepTable(CaptionText):
     def csv_fields(self) -> list[Field]:
         return flat_fields(self)
 
-    def draw_figures(self, directory: Path) -> dict[str, Path]:
-        from ablate.report.plot import flat_figures  # plot imports this module
+    def figures(self) -> list[Figure]:
+        from ablate.report.plot import flat_figures  # matplotlib's figures: imported when drawn
 
-        return flat_figures(self, directory)
+        return flat_figures(self)
 
     def image_key(self, name: str) -> str:
         return {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}.get(name, name)
