@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
-from ablate.report.ladder import N_BOOT, LadderTable, NotALadder, build_ladder, is_ladder
+from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
 from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
                                          metric_of, sharing_of, smoke_of, train_length)
