@@ -23,8 +23,9 @@ tests), and cached.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -35,6 +36,8 @@ from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, des
 
 LR_KEY = "optim.lr"
 STEPS_KEY = "trainer.max_steps"
+#: the lock file in a sweep directory, held while a sweep checks the directory and records its plan there
+SWEEP_LOCK = ".sweep.lock"
 #: a final run's learning rate before its variant's tuning runs have chosen it (``--plan``)
 CHOSEN = "<chosen>"
 
@@ -329,6 +332,25 @@ class Planner:
 
     # ------------------------------------------------------------------------------ the directory
 
+    def claim_directory(self, sweep_dir: str | Path, plan: SweepPlan, redefine: bool = False,
+                        also: Callable[[], None] | None = None) -> None:
+        """Check ``sweep_dir`` (:meth:`check_directory`) and record ``plan`` there (``sweep.json``, after
+        ``also``: more of the sweep's files) as one step, under :func:`directory_lock`: of two sweeps
+        started there at once, one records first and the other then finds its plan, and is refused
+        when it defines other jobs. Raises SweepError; OSError when the directory cannot be written."""
+        sweep_dir = Path(sweep_dir)
+        with directory_lock(sweep_dir):
+            unreadable = SweepPlan.unreadable(sweep_dir)
+            if unreadable and not redefine:
+                raise SweepError(f"{unreadable}: it says which sweep {sweep_dir} holds, so nothing can be resumed "
+                                 "or checked there. Nothing was trained.\n  Restore or remove it, pick another "
+                                 "hydra.sweep.dir" + (", or add --redefine to run this sweep there"
+                                                      if self.sweeper == "ablate" else ""))
+            self.check_directory(sweep_dir, plan, redefine=redefine)
+            if also is not None:
+                also()
+            plan.write(sweep_dir)
+
     def check_directory(self, sweep_dir: str | Path, plan: SweepPlan, redefine: bool = False) -> None:
         """A sweep directory belongs to one sweep definition: relaunching the same command resumes
         it; another set of jobs there is refused (SweepError) unless ``redefine``."""
@@ -344,6 +366,23 @@ class Planner:
                 "hydra.sweep.dir, or add --redefine to run this definition there (its table then uses only "
                 "its own jobs" + ("" if self.sweeper == "ablate" else "; --redefine needs hydra/sweeper=ablate")
                 + ").")
+
+
+@contextmanager
+def directory_lock(sweep_dir: str | Path) -> Iterator[None]:
+    """The sweep directory (made if need be), held for as long as the ``with`` block runs: an ``flock``
+    on its :data:`SWEEP_LOCK`, which another sweep's check and record waits for (released however
+    the process ends). Where there is no ``flock`` (Windows; a filesystem without locks), unlocked."""
+    sweep_dir = Path(sweep_dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / SWEEP_LOCK, "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except (ImportError, OSError):  # nothing to lock with: check and record unlocked, as before
+            pass
+        yield  # closing the file releases the lock
 
 
 def directory_conflict(sweep_dir: str | Path, plan: SweepPlan) -> str | None:

@@ -5,9 +5,10 @@
 1. plan once (``ablate.planner.Planner``): the product of the swept values, design rows, budget
    steps, tuning stages; every job composed and validated;
 2. ``hydra.sweeper.plan=true`` (``ablate --plan``): print the plan (``ablate.preview``) and stop;
-3. check the sweep directory: another definition there is refused unless
-   ``hydra.sweeper.redefine=true`` (``ablate --redefine``);
-4. record the plan (``sweep.json``) and launch it through whichever launcher is configured: the
+3. check the sweep directory and record the plan there (``sweep.json``), as one step under the
+   directory's lock (two sweeps started there at once: one is recorded, the other then checked):
+   another definition there is refused unless ``hydra.sweeper.redefine=true`` (``ablate --redefine``);
+4. launch the plan through whichever launcher is configured: the
    tuning runs as a first stage, then, once each variant's learning rate is chosen on the
    validation split, the final runs.
 
@@ -58,13 +59,7 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
             started = process_start_time()  # the start-up and planning the sweep will repeat
             print(render(preview(planner, plan, sweep_dir, setup_s=time.time() - started if started else 0.0)))
             return []
-        unreadable = SweepPlan.unreadable(sweep_dir)
-        if unreadable and not sweeper.redefine:
-            raise SweepError(f"{unreadable}: it says which sweep {sweep_dir} holds, so nothing can be resumed or "
-                             "checked there. Nothing was trained.\n  Restore or remove it, pick another "
-                             "hydra.sweep.dir, or add --redefine to run this sweep there")
-        planner.check_directory(sweep_dir, plan, redefine=sweeper.redefine)
-        _record(sweep_dir, config, plan)
+        _record(sweep_dir, config, plan, planner, redefine=sweeper.redefine)
     except SweepError as error:
         print(f"ablate: {error}", file=sys.stderr)
         sys.exit(2)
@@ -116,12 +111,14 @@ def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
     return returns
 
 
-def _record(sweep_dir: Path, config: Any, plan: SweepPlan) -> None:
-    """The sweep directory, its ``multirun.yaml`` and ``sweep.json``, before any job starts."""
+def _record(sweep_dir: Path, config: Any, plan: SweepPlan, planner: Planner, redefine: bool) -> None:
+    """The sweep directory checked (another definition there is refused unless ``redefine``; so is an
+    unreadable ``sweep.json``) and its ``multirun.yaml`` and ``sweep.json`` written, before any job
+    starts: one step under the directory's lock (``Planner.claim_directory``), so that of two sweeps
+    started into one directory at once, only one is recorded there."""
     try:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(config, sweep_dir / "multirun.yaml")
-        plan.write(sweep_dir)
+        planner.claim_directory(sweep_dir, plan, redefine=redefine,
+                                also=lambda: OmegaConf.save(config, sweep_dir / "multirun.yaml"))
     except OSError as error:
         raise SweepError(f"the sweep could not run: cannot write its plan in {sweep_dir} "
                          f"({type(error).__name__}: {error}); nothing was trained") from error

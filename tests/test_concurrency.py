@@ -142,3 +142,20 @@ def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list
     finally:
         for pid in _processes_of(sweep):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_two_sweeps_started_into_one_directory_at_once_one_is_refused(workdir: Path, tiny: list[str]) -> None:
+    """Two sweeps of other jobs started together into one directory: one records its plan and trains,
+    the other exits 2 naming the other definition, before training anything (both were accepted in 1
+    of 3 tries when the check and the record were two steps)."""
+    sweep = workdir / "sweep"
+    common = [*tiny, "trainer.max_steps=2", "logger=none", f"hydra.sweep.dir={sweep}"]
+    both = [_launch(["-m", "seed=0", *common], workdir), _launch(["-m", "seed=1", *common], workdir)]
+    outcome = [(p.returncode, out, err) for p in both for out, err in [p.communicate(timeout=240)]]
+    codes = sorted(code for code, _, _ in outcome)
+    assert codes == [0, 2], [err[-2000:] for _, _, err in outcome]
+    lost = next(err for code, _, err in outcome if code == 2)
+    assert "holds another sweep" in lost and "Traceback" not in lost, lost[-2000:]
+    seed = json.loads((sweep / "sweep.json").read_text())["definition"][0]
+    assert [r["overrides"] for r in records(sweep)] == [seed]  # the winner's one job, nothing of the other's

@@ -17,7 +17,7 @@ from ablate.planner import Planner, SweepError, choose_lr, final_jobs, final_sta
 from ablate.preview import preview, render
 from ablate.resolvers import register_resolvers
 from ablate.results import write_record
-from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key
+from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key, same_jobs
 
 TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
         "trainer.max_steps=6", "logger=none"]
@@ -499,3 +499,50 @@ def test_a_ladder_table_without_a_swept_size_is_refused_before_training() -> Non
     for fine in (["model.d_model=16,32", "experiment.ladder=on"], ["qkv_sharing=independent,qk_shared"],
                  ["qkv_sharing=independent,qk_shared", "experiment.ladder=off"]):
         planner([*[a for a in TINY if not a.startswith("model.d_model")], *fine]).plan()
+
+
+# ---------------------------------------------------------------------------------- two sweeps at once
+
+def test_of_two_sweeps_claiming_one_directory_at_once_exactly_one_is_recorded(tmp_path: Path) -> None:
+    """The check of the directory and the record of the plan are one step (they were a check, then a
+    write: two sweeps started together both found the directory free, then both wrote, 1 in 3 tries)."""
+    import threading
+
+    sweeps = [planner(["qkv_sharing=independent,qk_shared", *TINY]),
+              planner(["qkv_sharing=independent,qk_shared", *TINY, "model.n_layers=2"])]
+    plans = [p.plan() for p in sweeps]
+    for attempt in range(20):
+        where = tmp_path / str(attempt)
+        start = threading.Barrier(2)
+        outcome: dict[int, str] = {}
+
+        def claim(n: int) -> None:
+            start.wait()
+            try:
+                sweeps[n].claim_directory(where, plans[n], also=lambda: (where / f"multirun{n}.yaml").write_text(""))
+                outcome[n] = "recorded"
+            except SweepError as error:
+                outcome[n] = str(error)
+
+        threads = [threading.Thread(target=claim, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        winner = [n for n, what in outcome.items() if what == "recorded"]
+        assert len(winner) == 1, (attempt, outcome)
+        assert "holds another sweep" in outcome[1 - winner[0]] and "Nothing was trained" in outcome[1 - winner[0]]
+        assert same_jobs(SweepPlan.read(where).definition, plans[winner[0]].definition)
+        assert not (where / f"multirun{1 - winner[0]}.yaml").exists()  # the refused one wrote nothing
+
+
+def test_a_relaunch_of_the_same_sweep_claims_its_directory_again(tmp_path: Path) -> None:
+    p = planner(["qkv_sharing=independent,qk_shared", *TINY])
+    plan = p.plan()
+    p.claim_directory(tmp_path, plan)
+    p.claim_directory(tmp_path, plan)  # the same definition: resumed
+    (tmp_path / "sweep.json").write_text("{not json")
+    with pytest.raises(SweepError, match="cannot be read as a sweep plan"):
+        p.claim_directory(tmp_path, plan)
+    p.claim_directory(tmp_path, plan, redefine=True)
+    assert SweepPlan.read(tmp_path) == plan
