@@ -41,14 +41,25 @@ def tiny_overrides(*changes: str, without: Iterable[str] = ()) -> list[str]:
     return [o for o in out if _key(o) not in dropped]
 
 
+_depth = 0  # hydra_initialized blocks open (Hydra cannot be initialised twice: an inner block uses the outer's)
+
+
 @contextmanager
 def hydra_initialized() -> Iterator[None]:
-    """Hydra initialised on the package's config tree for the block; Hydra's state before it
-    comes back after it (nested blocks and calls of :func:`compose` inside it are fine)."""
+    """Hydra initialised on the package's config tree for the block, and Hydra's state before it
+    back after it. A block (or :func:`compose`) inside another uses the outer one's."""
+    global _depth
     from hydra import initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+    if _depth:
         yield
+        return
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
 
 
 def compose(overrides: Iterable[str] = (), *, hydra_config: bool = False) -> DictConfig:
