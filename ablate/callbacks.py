@@ -64,20 +64,13 @@ class SweepCallbacks(Callback):
     def _plan_basic_sweep(config: DictConfig) -> None:
         from ablate.planner import Planner, SweepError, launcher_compose
 
-        from ablate.sweep import SweepPlan
-
         planner = Planner(config, launcher_compose(config), sweeper="basic")
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            unreadable = SweepPlan.unreadable(sweep_dir)
-            if unreadable:
-                _refuse(f"{unreadable}: it says which sweep {sweep_dir} holds. Nothing was trained; restore or "
-                        "remove it, or pick another hydra.sweep.dir")
             plan = planner.plan()
-            planner.check_directory(sweep_dir, plan)
+            planner.claim_directory(sweep_dir, plan)  # checked and recorded as one step: one of two sweeps at once
         except SweepError as error:
             _refuse(str(error))
-        plan.write(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Print the sweep's table and write what it can (each artefact on its own: the table files
@@ -87,7 +80,7 @@ class SweepCallbacks(Callback):
             return  # ablate --plan ran nothing
         from ablate.report import build_table, render
         from ablate.report.publish import describe_error, publish, redo_command
-        from ablate.sweep import load_sweep_records
+        from ablate.report.records import load_sweep
 
         sweep_dir = Path(config.hydra.sweep.dir)
         wandb = uses_wandb(config.logger)
@@ -101,8 +94,9 @@ class SweepCallbacks(Callback):
         with warnings.catch_warnings(record=True) as notes:  # one plain line each, not Python's warning format
             warnings.simplefilter("default")
             try:
-                records = load_sweep_records(sweep_dir)
-                table = build_table(records) if records else None
+                sweep = load_sweep(sweep_dir)  # read once: the table, the page, the figures and wandb use it
+                records = sweep.records
+                table = build_table(sweep) if records else None
                 if table is not None:
                     print(render(table, "terminal", path=str(sweep_dir)))
             except Exception as error:  # noqa: BLE001 - named below with the command that redoes it

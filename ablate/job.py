@@ -32,14 +32,6 @@ JOB_LOCK = ".job.lock"
 #: set by the sweeper in the process that launches a local parallel sweep: its pid
 LAUNCHER_PID_ENV = "ABLATE_LAUNCHER_PID"
 
-def sweep_group(cfg: DictConfig, sweep_dir: str | None) -> str:
-    """The wandb group: one per sweep (stable when the sweep is relaunched into its directory)."""
-    name = cfg.experiment.name or "sweep"
-    if sweep_dir is None:
-        return name if cfg.experiment.name else "single-runs"
-    return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
-
-
 def env_int(name: str, low: int = 0) -> int | None:
     """The environment variable ``name`` as an integer >= ``low``; None when unset, and when it is
     malformed (then one warning names it and the form expected, and the value is not used)."""

@@ -26,11 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import ConfigError, apply_smoke, validate
 from ablate.console import print_job_line
-from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder, sweep_group
+from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
 from ablate.results import read_record, record_problems, write_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
-from ablate.tracking import uses_wandb
+from ablate.tracking import sweep_group, uses_wandb
 from ablate.sweep import design_labels, job_signature
 
 

@@ -269,6 +269,15 @@ LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("ml
 MLFLOW_URI_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
+def sweep_group(cfg: Any, sweep_dir: str | None) -> str:
+    """A sweep's group in every logger (wandb's group, MLflow's experiment): one per sweep, stable when
+    the sweep is relaunched into its directory; single runs share ``single-runs`` (or their experiment's)."""
+    name = cfg.experiment.name or "sweep"
+    if sweep_dir is None:
+        return name if cfg.experiment.name else "single-runs"
+    return f"{name}-{'_'.join(Path(sweep_dir).parts[-2:])}"
+
+
 def logger_names(node: Mapping[str, Any] | None) -> list[str]:
     """The loggers a ``logger`` node turns on, in the order chosen: the keys of ``use`` (each option
     of the group adds its own, so ``logger=[wandb,tensorboard]`` has both), or for a node without

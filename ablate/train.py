@@ -20,7 +20,7 @@ from ablate.job import Job
 
 def _loggers(cfg: DictConfig, job: Job, run: Any) -> list[Any]:
     """The job's Lightning loggers (``tracking.make_loggers``): those its ``logger`` node names."""
-    from ablate.job import sweep_group
+    from ablate.tracking import sweep_group
     from ablate.tracking import LoggerPlace, make_loggers
 
     place = LoggerPlace(home=Path(job.sweep_dir) if job.sweep_dir else Path(job.dir),

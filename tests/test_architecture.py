@@ -14,11 +14,12 @@ the ``__init__``, which closes a cycle and fails.
 Layers, lowest first (docs/internals.md, "Layers"); a module imports from its own layer and
 the layers below it, never above:
 
-    foundation      ablate, ablate.paths, ablate.components
-    records         ablate.results, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
+    foundation      ablate, ablate.paths, ablate.components, ablate.stops
+    records         ablate.results, ablate.record, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.optim, ablate.measure, ablate.tracking, ablate.config, ablate.catalog,
-                    ablate.resolvers, ablate.job, ablate.train, ablate.run, ablate.timing
+                    ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
+                    ablate.run, ablate.timing
     planning        ablate.planner, ablate.preview
     report          ablate.report.*
     entry points    ablate.cli, ablate.sweeper, ablate.callbacks, ablate.bench, ablate.report.cli
@@ -38,11 +39,12 @@ import ablate
 PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
-    "foundation": ["ablate", "ablate.paths", "ablate.components"],
-    "records": ["ablate.results", "ablate.sweep", "ablate.jobdir"],
+    "foundation": ["ablate", "ablate.paths", "ablate.components", "ablate.stops"],
+    "records": ["ablate.results", "ablate.record", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
-                 "ablate.resolvers", "ablate.job", "ablate.train", "ablate.run", "ablate.timing"],
+                 "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
+                 "ablate.run", "ablate.timing"],
     "planning": ["ablate.planner", "ablate.preview"],
     "report": ["ablate.report"],
     "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli",

@@ -50,7 +50,7 @@ def wrong_values(value: Any, rng: random.Random) -> list[Any]:
     elif isinstance(value, str):
         candidates = [[1], 3, {"a": 1}] if not value.startswith("ablate.") else [3, "no.such.Class"]
     elif isinstance(value, list):
-        candidates = ["abc", 5, ["abc"], [{"a": 1}]]
+        candidates = ["abc", 5, [[1]], [{"a": 1}]]  # ["abc"] would be right for a list of strings (logger.tags)
     elif value is None:  # str, number, list or mapping when set: no scalar is wrong for all of them
         candidates = [[1], {"a": 1}, [{"b": 2}]]
     else:  # an empty mapping (experiment.labels)

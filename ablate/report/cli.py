@@ -20,10 +20,9 @@ from pathlib import Path
 from ablate.report.formats import FORMATS, print_terminal, render
 from ablate.report.publish import describe_error, publish, write_atomic
 from ablate.report.ladder import LADDER_MODES
-from ablate.report.records import BENCH_FILE
+from ablate.report.records import BENCH_FILE, load_sweep
 from ablate.report.stats import TESTS
 from ablate.report.webpage import REPORT_FILE
-from ablate.sweep import load_sweep_records
 from ablate.report.table import build_table
 
 
@@ -69,7 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_dir():
         print(f"ablate-table: {path} is not a directory", file=sys.stderr)
         return 2
-    records = load_sweep_records(path)
+    try:
+        sweep = load_sweep(path)  # read once: the table, the page, the figures and wandb use it
+    except ValueError as err:  # several sweeps under one directory (ablate.sweep.SeveralSweeps)
+        print(f"ablate-table: {err}", file=sys.stderr)
+        return 2
+    records = sweep.records
     if not records:
         print(f"ablate-table: no result.json under {path}", file=sys.stderr)
         return 2
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ablate-table: --bench failed: {type(err).__name__}: {err}", file=sys.stderr)
             return 1
     try:
-        table = build_table(records, baseline=args.baseline, bench=bench, test=args.test, columns=args.columns,
+        table = build_table(sweep, baseline=args.baseline, bench=bench, test=args.test, columns=args.columns,
                             rows=args.rows, ladder=args.ladder)
     except ValueError as err:
         print(f"ablate-table: {err}", file=sys.stderr)

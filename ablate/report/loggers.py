@@ -55,7 +55,7 @@ def _from_records(sweep_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The ``logger`` node and the group (MLflow's experiment) of a sweep's jobs, from their records."""
     from omegaconf import OmegaConf
 
-    from ablate.job import sweep_group
+    from ablate.tracking import sweep_group
     from ablate.sweep import load_sweep_records
 
     for record in load_sweep_records(sweep_dir):

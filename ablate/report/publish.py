@@ -10,14 +10,13 @@ import shutil
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
-from ablate.report.ladder import LadderTable
-from ablate.report.plot import curves, lr_plot, plot, scaling_plot
-from ablate.report.table import SweepTable
+from ablate.report.layout import TableLayout
+from ablate.report.records import LoadedSweep
 from ablate.report.webpage import REPORT_FILE, to_html
 from ablate.results import write_text_atomic
 from ablate.sweep import SWEEP_FILE
@@ -28,28 +27,23 @@ def write_atomic(path: Path, text: str) -> Path:
     return write_text_atomic(path, text)
 
 
-def _outputs(table: SweepTable) -> list[tuple[str, str, Callable[[Path], Path | None]]]:
+def _outputs(table: TableLayout) -> list[tuple[str, str, Callable[[Path], Path | None]]]:
     """What ``save_outputs`` writes for ``table``, one artefact at a time: (key, file name, writer of
-    that file, which returns its path, or None when the records do not support that figure)."""
-    def text(render: Callable[[SweepTable], str]) -> Callable[[Path], Path]:
+    that file, which returns its path, or None when the records do not support that figure): the
+    table's three text files, then its layout's figures (``TableLayout.figures``)."""
+    def text(render: Callable[[Any], str]) -> Callable[[Path], Path]:
         return lambda path: write_atomic(path, render(table))
 
-    files: list[tuple[str, str, Callable[[Path], Path | None]]] = [
-        ("markdown", "table.md", text(to_markdown)), ("latex", "table.tex", text(to_latex)),
-        ("csv", "table.csv", text(to_csv))]
-    if isinstance(table, LadderTable):  # a ladder's figure is scaling.png (its "png")
-        return [*files, ("png", "scaling.png", lambda path: scaling_plot(table, path))]
-    return [*files, ("png", "table.png", lambda path: plot(table, path)),
-            ("curves", "curves.png", lambda path: curves(table, path)),
-            ("lr", "lr.png", lambda path: lr_plot(table, path))]
+    return [("markdown", "table.md", text(to_markdown)), ("latex", "table.tex", text(to_latex)),
+            ("csv", "table.csv", text(to_csv)), *table.figures()]
 
 
-def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
+def save_outputs(table: TableLayout, sweep_dir: str | Path) -> dict[str, Path]:
     """Write ``table.md``, ``table.tex``, ``table.csv`` and ``table.png`` into ``sweep_dir``
     atomically, and the figures the records support: ``curves.png`` (validation loss vs training
     FLOPs, when runs recorded ``metrics.history``) and ``lr.png`` (a tuned sweep's validation
-    metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written. A ladder
-    (``LadderTable``) has ``scaling.png`` (``plot.scaling_plot``) as its png, and no other figure.
+    metric vs lr). Keys: markdown, latex, csv, png, and curves / lr when written: the layout's
+    figures (``TableLayout.figures``; a ladder's png is ``scaling.png``, and it has no other figure).
     Raises the first error; :func:`publish` writes each file on its own and names what failed."""
     d = Path(sweep_dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -61,7 +55,7 @@ def save_outputs(table: SweepTable, sweep_dir: str | Path) -> dict[str, Path]:
     return written
 
 
-def write_report(table: SweepTable, records: list[dict], sweep_dir: str | Path,
+def write_report(table: TableLayout, records: list[dict] | LoadedSweep | None, sweep_dir: str | Path,
                  figures: dict[str, Any] | None = None, into: str | Path | None = None) -> Path:
     """Write ``report.html`` into ``sweep_dir`` (atomically) and return its path. ``figures``: the
     paths ``save_outputs`` just wrote (its PNGs are embedded); None draws them afresh, in a
@@ -93,7 +87,7 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def publish(table: SweepTable, records: list[dict], sweep_dir: str | Path, *, save: bool = True,
+def publish(table: TableLayout, records: list[dict], sweep_dir: str | Path, *, save: bool = True,
             html: bool = True, wandb: bool = False, loggers: bool | None = None) -> Published:
     """A sweep's end (and ``ablate-table --save --html --wandb``): each artefact on its own (the
     table files and each figure, ``report.html``, the wandb table run, the table in the sweep's
@@ -147,15 +141,11 @@ def table_run_id(sweep_dir: str | Path, group: str) -> str:
     return f"table-{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
 
-#: the wandb key of each figure ``save_outputs`` writes (another figure is logged under its own key)
-IMAGE_KEYS = {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}
-
-
 class TableLogError(RuntimeError):
     """The table could not be logged to wandb (its run did not start, or a log call failed)."""
 
 
-def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
+def log_to_wandb(table: TableLayout, sweep_dir: str | Path,
                  outputs: Mapping[str, str | Path] | None = None, strict: bool = False) -> str | None:
     """The sweep's one ``job_type=table`` run in its wandb group: a ``wandb.Table`` (the table as
     shown, pivoted or not: ``csv_columns``), every figure (``table.png`` as ``ablation_plot``, a
@@ -173,13 +163,10 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
     could not log: the table files never depend on wandb). ``strict``: raise :class:`TableLogError`
     instead of warning (the sweep's end, :func:`publish`, names it with the other artefacts).
     """
-    from ablate.sweep import load_sweep_records
-
     with tempfile.TemporaryDirectory() as tmp:  # artifact files are copied when added: tmp may go after
         files = dict(outputs) if outputs is not None else save_outputs(table, tmp)
         if "html" not in files:  # the page goes into the artifact too, drawn here if it was not written
-            files["html"] = write_report(table, load_sweep_records(sweep_dir), sweep_dir, files,
-                                         into=Path(tmp) / REPORT_FILE)
+            files["html"] = write_report(table, None, sweep_dir, files, into=Path(tmp) / REPORT_FILE)
         try:
             return _log_table_run(table, sweep_dir, files)
         except TableLogError as err:
@@ -189,23 +176,19 @@ def log_to_wandb(table: SweepTable, sweep_dir: str | Path,
             return None
 
 
-def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, str | Path]) -> str | None:
+def _log_table_run(table: TableLayout, sweep_dir: str | Path, outputs: dict[str, str | Path]) -> str | None:
     from ablate.sweep import load_sweep_records
     from ablate.tracking import init_run, job_tags, run_dir, superseded_runs
 
     group = table.wandb_group or Path(sweep_dir).resolve().name
     run_id = table_run_id(sweep_dir, group)
-    ladder = isinstance(table, LadderTable)
-    records = load_sweep_records(sweep_dir)
+    records = table.sweep.records if table.sweep is not None else load_sweep_records(sweep_dir)
     jobs = [r["wandb"] for r in records if isinstance(r.get("wandb"), dict) and r["wandb"].get("id")]
     logger = ((records[0].get("config") or {}).get("logger") or {}) if records else {}
     config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "experiment": table.experiment,
               "sweep_dir": str(Path(sweep_dir).resolve()), "smoke": bool(table.smoke),
-              "rows": [r.key for r in table.rows], "layout": "ladder" if ladder else "flat",
-              "job_runs": [j["id"] for j in jobs]}
-    config.update({"rungs": table.rungs, "size_keys": table.size_keys, "n_boot": table.n_boot} if ladder else {
-        "speed_source": table.speed_source, "metric": table.metric, "significance_test": table.significance_test,
-        "eval_lengths": table.eval_lengths, "test": table.test, "columns": table.columns_key, "tuned": table.tuned})
+              "rows": [r.key for r in table.rows], "layout": table.layout, "job_runs": [j["id"] for j in jobs]}
+    config.update(table.wandb_config())
     try:
         import wandb
 
@@ -223,18 +206,13 @@ def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, 
         payload: dict[str, Any] = {"ablation_table": wandb.Table(columns=csv_columns(table), data=data)}
         for name, path in outputs.items():
             if str(path).endswith(".png") and Path(path).is_file():
-                key = "scaling" if ladder and name == "png" else IMAGE_KEYS.get(name, name)
-                payload[key] = wandb.Image(str(path), caption=table.caption() if name == "png" else None)
+                payload[table.image_key(name)] = wandb.Image(str(path), caption=table.caption() if name == "png" else None)
         run.log(payload)
         run.summary.update({
             "baseline": table.baseline, "baseline_key": table.baseline_key, "n_variants": len(table.rows),
             "n_runs": table.n_records, "caption": table.caption(), "smoke": bool(table.smoke),
         })
-        run.summary.update(_ladder_summary(table) if ladder else {
-            "speed_source": table.speed_source, "speed_note": table.speed_note, "metric": table.metric,
-            "significance_test": table.significance_test, "concurrent_jobs": (table.sharing or {}).get("jobs", 1),
-            "n_comparisons": table.n_comparisons, "columns": table.columns_key,
-        })
+        run.summary.update(table.wandb_summary())
         log_table_artifact(run, table, group, sweep_dir, outputs, jobs)
         logged = run_dir(run)
     except Exception as err:  # noqa: BLE001
@@ -249,7 +227,7 @@ def _log_table_run(table: SweepTable, sweep_dir: str | Path, outputs: dict[str, 
     return logged
 
 
-def log_table_artifact(run: Any, table: SweepTable, group: str, sweep_dir: str | Path,
+def log_table_artifact(run: Any, table: TableLayout, group: str, sweep_dir: str | Path,
                        outputs: Mapping[str, str | Path], jobs: list[dict[str, Any]]) -> None:
     """The table's files (``outputs``) and ``sweep.json`` as a new version of ``table-<group>``
     (type ``ablation-table``; wandb keeps one version per distinct content), its metadata naming the
@@ -271,11 +249,3 @@ def log_table_artifact(run: Any, table: SweepTable, group: str, sweep_dir: str |
     log_files(run, f"table-{group}", "ablation-table", files, {
         "sweep_dir": str(Path(sweep_dir).resolve()), "caption": table.caption(), "n_runs": table.n_records,
         "job_runs": [{"id": j["id"], "name": j.get("name"), "project": j.get("project")} for j in jobs]})
-
-
-def _ladder_summary(table: LadderTable) -> dict[str, Any]:
-    """A ladder's run summary: the rungs, the baseline curve and the rank agreement."""
-    ladder = table.ladder
-    return {"layout": "ladder", "rungs": table.rungs, "curve": ladder.curve.kind if ladder.curve else None,
-            "curve_reason": ladder.curve_reason, "kendall_tau": ladder.ranks.tau,
-            "decision_accuracy": ladder.ranks.decision_accuracy, "rank_reason": ladder.ranks.reason}
