@@ -49,13 +49,13 @@ class LoggerSettings:
     entity: str | None = None
     tags: list[str] = field(default_factory=list)
     notes: str | None = None
-    use: dict | None = None          # {logger: true} per option chosen: logger=[wandb,tensorboard] (tracking.logger_names)
+    use: dict | None = None          # {logger: true} per option chosen: logger=[wandb,tensorboard] (loggers.logger_names)
     tensorboard: dict | None = None  # {save_dir}
     mlflow: dict | None = None       # {tracking_uri, experiment, tags}
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
-        from ablate.tracking import logger_problems, uses_wandb
+        from ablate.loggers import logger_problems, uses_wandb
 
         tags = settings.get("tags")
         out = [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
@@ -334,7 +334,7 @@ def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
                 f"got {callbacks!r}"]
     needs_a_logger = tuple(getattr(pl.callbacks, name) for name in NEEDS_A_LOGGER)
     from ablate.lit import callback_problems
-    from ablate.tracking import logger_names
+    from ablate.loggers import logger_names
 
     no_logger = isinstance(logger, Mapping) and not logger_names(logger)
     problems: list[str] = []

@@ -14,11 +14,11 @@ the ``__init__``, which closes a cycle and fails.
 Layers, lowest first (docs/internals.md, "Layers"); a module imports from its own layer and
 the layers below it, never above:
 
-    foundation      ablate, ablate.paths, ablate.components, ablate.stops
+    foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops
     records         ablate.results, ablate.record, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
-    training        ablate.lit, ablate.optim, ablate.measure, ablate.tracking, ablate.config, ablate.catalog,
-                    ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
+    training        ablate.lit, ablate.optim, ablate.measure, ablate.tracking, ablate.wandb_history, ablate.loggers,
+                    ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
                     ablate.run, ablate.timing
     planning        ablate.planner, ablate.preview
     report          ablate.report.*
@@ -39,10 +39,11 @@ import ablate
 PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
-    "foundation": ["ablate", "ablate.paths", "ablate.components", "ablate.stops"],
+    "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops"],
     "records": ["ablate.results", "ablate.record", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
-    "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.tracking", "ablate.config", "ablate.catalog",
+    "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.tracking", "ablate.wandb_history",
+                 "ablate.loggers", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
                  "ablate.run", "ablate.timing"],
     "planning": ["ablate.planner", "ablate.preview"],
@@ -225,8 +226,8 @@ def test_the_sweep_path_points_one_way() -> None:
         reached = _reaches(graph, job_module)
         assert not {"ablate.planner", "ablate.preview", "ablate.sweeper", "ablate.callbacks", "ablate.cli"} & reached
         assert not [m for m in reached if m.startswith("ablate.report")]
-    assert {"ablate.job", "ablate.train", "ablate.results"} <= set(graph["ablate.run"])
-    assert _reaches(graph, "ablate.sweep") <= {"ablate.results"}
+    assert {"ablate.job", "ablate.train", "ablate.record"} <= set(graph["ablate.run"])
+    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.results"}
     report = set().union(*(_reaches(graph, m) for m in graph if m.startswith("ablate.report") and m != "ablate.report.cli"))
     assert "ablate.sweep" in report
     assert not {"ablate.job", "ablate.train", "ablate.run", "ablate.planner", "ablate.sweeper"} & report

@@ -14,7 +14,7 @@ from ablate.config import config_problems
 from ablate.job import Job
 from ablate.lit import curve_steps
 from ablate.run import run_job
-from ablate.tracking import logger_names, mlflow_key, safe_name
+from ablate.loggers import logger_names, mlflow_key, safe_name
 
 TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
         "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "trainer.enable_progress_bar=false",

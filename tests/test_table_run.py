@@ -12,7 +12,7 @@ import pytest
 from conftest import leet_inspect, records, run_cli, wandb_run_info, wandb_summary
 
 from ablate.report import table_run_id
-from ablate.tracking import code_version
+from ablate.code_version import code_version
 
 pytestmark = pytest.mark.slow  # a sweep through the `ablate` CLI and `wandb leet`
 

@@ -203,7 +203,8 @@ def test_a_resumed_job_keeps_one_offline_folder_with_the_whole_history(tmp_path:
     of one id keeps the last. So a resumed job logs the earlier attempt's history up to its
     checkpoint's step again into its own folder, and moves the earlier folder aside: the one folder
     left holds every step, read back with `wandb leet`."""
-    from ablate.tracking import STEP, carry_over_attempts, define_metrics, init_run, job_run_id, read_history, run_dir
+    from ablate.tracking import STEP, carry_over_attempts, define_metrics, init_run, job_run_id, run_dir
+    from ablate.wandb_history import read_history
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     job_dir = tmp_path / "job"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ablate.results import write_text_atomic
-from ablate.tracking import LoggerPlace, _file_lock, logger_names
+from ablate.loggers import LoggerPlace, _file_lock, logger_names
 
 #: the keys of ``save_outputs``'s files that are figures (logged as images)
 FIGURES = ("png", "curves", "lr")
@@ -55,15 +55,15 @@ def _from_records(sweep_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The ``logger`` node and the group (MLflow's experiment) of a sweep's jobs, from their records."""
     from omegaconf import OmegaConf
 
-    from ablate.tracking import sweep_group
+    from ablate.loggers import sweep_group
     from ablate.sweep import load_sweep_records
 
     for record in load_sweep_records(sweep_dir):
-        config = record.get("config") or {}
-        if isinstance(config.get("logger"), Mapping):
-            job = record.get("job") or {}
-            cfg = OmegaConf.create({"experiment": {"name": (config.get("experiment") or {}).get("name")}})
-            return dict(config["logger"]), sweep_group(cfg, job.get("sweep_dir") or str(sweep_dir))
+        logger, experiment = record.config.get("logger"), record.config.get("experiment")
+        if isinstance(logger, Mapping):
+            name = experiment.get("name") if isinstance(experiment, Mapping) else None
+            cfg = OmegaConf.create({"experiment": {"name": name}})
+            return dict(logger), sweep_group(cfg, record.job.sweep_dir or str(sweep_dir))
     return {}, None
 
 
