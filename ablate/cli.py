@@ -11,7 +11,7 @@ config keys, which tab completion offers too:
   an estimated time), and runs nothing;
 * ``--redefine``: ``hydra.sweeper.redefine=true``: a multirun may run in a sweep directory that
   holds another sweep definition;
-* ``--smoke``: ``smoke=true seed=0``: any run or sweep as a smoke test (``config.SMOKE``).
+* ``--smoke``: ``smoke=true seed=0``: any run or sweep as a smoke test (``settings.SMOKE``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, optimized_value
+from ablate.config import ConfigError
 from ablate.paths import CONF_DIR
 from ablate.resolvers import register_resolvers
+from ablate.settings import optimized_value
 
 register_resolvers()  # joblib/submitit job processes get them with Hydra's state
 

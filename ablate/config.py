@@ -4,7 +4,8 @@ Hydra already rejects an unknown option of a group (``qkv_sharing=foo``) and an 
 (``model.foo=1``) with the valid choices. This pass checks the rest, through one mechanism for
 built-in and user components alike (``ablate.components``):
 
-* the ``model`` node against :class:`ablate.model.ModelSettings` (types and ranges);
+* the ``model`` node against :class:`ablate.model.ModelSettings` (types and ranges), and the run's
+  plain nodes against theirs (``ablate.settings``, ``ablate.optim``, ``ablate.measure``);
 * each of the run's ``callbacks`` (Lightning callbacks by ``_target_``) against its class's
   signature, then built, which must give a ``pytorch_lightning.Callback``;
 * every component group through the contract of its kind (``CONTRACTS``: one explicit dict), which
@@ -18,178 +19,24 @@ never raised: :func:`validate` raises one ``ConfigError`` listing every problem.
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Literal, Mapping
+from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
-from ablate.components import (ComponentError, Context, NonNegativeInt, PositiveFloat, Range, call_problems,
-                               import_target, label, label_problems, merge_problems, own_problems, qualname,
-                               resolve, settings_problems, target_path, type_problems, value_problem)
+from ablate.components import (ComponentError, Context, call_problems, import_target, label, label_problems,
+                               merge_problems, own_problems, qualname, resolve, settings_problems, target_path,
+                               type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
+# apply_smoke re-exported for ablate.run and ablate.planner, which import it from here
+from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
+                             LoggerSettings, Seed, TuneSettings, apply_smoke)  # noqa: F401
 
 #: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
 #: components in build order, then the run's; ``ablate --list`` shows them in this order
 CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "callbacks", "experiment")
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
 ROOT_KEYS = ("seed", "smoke", "optimized_metric", "model", "eval", "budget", "tune", "checkpoint", "measure", *CONFIG_GROUPS)
-Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
-
-
-@dataclass
-class LoggerSettings:
-    """The ``logger`` node. wandb's ``entity`` (None: ``WANDB_ENTITY`` or your default), ``tags`` added
-    to every job run's own (experiment, ``smoke``, code version) and ``notes`` put before its command line."""
-
-    name: Literal["wandb", "csv", "tensorboard", "mlflow", "none"]  # the last of several (use: all of them)
-    project: str | None = None
-    entity: str | None = None
-    tags: list[str] = field(default_factory=list)
-    notes: str | None = None
-    use: dict | None = None          # {logger: true} per option chosen: logger=[wandb,tensorboard] (loggers.logger_names)
-    tensorboard: dict | None = None  # {save_dir}
-    mlflow: dict | None = None       # {tracking_uri, experiment, tags}
-
-    @classmethod
-    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
-        from ablate.loggers import logger_problems, uses_wandb
-
-        tags = settings.get("tags")
-        out = [f"logger.tags: {tag!r} must be 1 to 64 characters (wandb's limit)" for tag in
-               (tags if isinstance(tags, list) else []) if isinstance(tag, str) and not 0 < len(tag) <= 64]
-        out += logger_problems(settings)
-        mode = os.environ.get("WANDB_MODE")
-        if uses_wandb(settings) and mode and mode not in WANDB_MODES:
-            out.append(f"the environment's WANDB_MODE={mode!r} is not a wandb mode; valid: {', '.join(WANDB_MODES)} "
-                       "(or unset: online with credentials, else offline)")
-        return out
-
-
-#: what wandb accepts in WANDB_MODE (``dryrun`` is its old name for offline)
-WANDB_MODES = ("online", "offline", "disabled", "dryrun")
-
-
-DESIGNS = ("one_at_a_time", "leave_one_out")
-
-
-@dataclass
-class ExperimentSettings:
-    """The ``experiment`` node a named experiment fills in."""
-
-    name: str | None = None
-    baseline: str | None = None
-    labels: dict = field(default_factory=dict)
-    columns: str | None = None          # a swept key pivoted into the table's columns
-    rows: list[str] | None = None       # the rows shown, in order (variant keys or labels)
-    design: dict | None = None          # rows generated from a base (ablate.sweep.design_rows)
-    # the table of a sweep that sweeps a size key: "auto" a ladder (compute multipliers, scaling.png),
-    # "off" the flat table (widths as rows, e.g. experiment=lr_transfer); ablate-table --ladder overrides
-    ladder: Literal["auto", "on", "off"] = "auto"
-
-    @classmethod
-    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
-        design = settings.get("design")
-        if design is None or not isinstance(design, Mapping):
-            return []
-        out = [f"experiment.design.{k}: not a key of a design; valid keys: kind, base, changes"
-               for k in design if k not in ("kind", "base", "changes", "base_label")]
-        if design.get("kind") not in DESIGNS:
-            out.append(f"experiment.design.kind={design.get('kind')!r}; valid choices: {', '.join(DESIGNS)}")
-        base, changes = design.get("base", {}), design.get("changes")
-        if not isinstance(base, Mapping):
-            out.append(f"experiment.design.base must map config keys to values, got {base!r}")
-        if not isinstance(changes, Mapping) or not changes:
-            out.append(f"experiment.design.changes must map each row's label to the overrides that make it "
-                       f"({{label: {{key: value}}}}), got {changes!r}")
-            return out
-        for row, overrides in changes.items():
-            if not isinstance(overrides, Mapping) or not overrides:
-                out.append(f"experiment.design.changes.{row} must map config keys to values, got {overrides!r}")
-            elif isinstance(base, Mapping) and all(base.get(k) == v for k, v in overrides.items()):
-                out.append(f"experiment.design.changes.{row} changes nothing of the base ({dict(overrides)})")
-        return out
-
-
-@dataclass
-class EvalSettings:
-    """The ``eval`` node: evaluation on the validation split during training (learning curves)."""
-
-    every: NonNegativeInt = 100  # conf/config.yaml's default: a learning curve (16 points in 1500 steps)
-    # Where "early loss" is read: the evaluation at this fraction of the run's optimizer steps, in the
-    # same run (its learning rate still on its schedule). 0.25, not Narang et al. 2021's 1/8: in the
-    # short runs ablate is built for (250-1500 steps) 1/8 falls inside or at the end of the default
-    # 100-step warm-up, where the loss measures the warm-up more than the variant.
-    early_fraction: Annotated[float, Range(0, 1, low_open=True, high_open=True)] = 0.25
-
-
-@dataclass
-class BudgetSettings:
-    """The ``budget`` node: what every variant of a sweep gets as much of as the baseline, or (a
-    scale ladder) how many training tokens each job gets per parameter of its own model."""
-
-    match: Literal["steps", "tokens", "flops", "tokens_per_param"] = "steps"
-    # tokens_per_param: each job trains on this many tokens per (trainable) parameter; Hoffmann et al.
-    # 2022's compute-optimal ratio is about 20, smaller values keep a CPU ladder short
-    tokens_per_param: PositiveFloat = 20.0
-
-
-@dataclass
-class CheckpointSettings:
-    """The ``checkpoint`` node: saving a job's training state, so that a relaunch resumes it."""
-
-    every_n_steps: NonNegativeInt = 0
-    keep: bool = False
-
-
-@dataclass
-class TuneSettings:
-    """The ``tune`` node: per-variant learning-rate tuning on the validation split."""
-
-    lr: list[PositiveFloat] = field(default_factory=list)
-    seeds: list[Seed] = field(default_factory=lambda: [0])
-    metric: Literal["loss", "accuracy"] = "loss"
-    # "smallest": in a sweep over model size, tune on the smallest rung only and reuse its lr at the
-    # larger ones (needs model.parametrization=mup, under which the optimum does not move with width)
-    rungs: Literal["all", "smallest"] = "all"
-
-    @classmethod
-    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
-        seeds = settings.get("seeds")
-        if isinstance(seeds, list) and not seeds and settings.get("lr"):
-            return ["tune.seeds=[] gives the tuning runs no seed; e.g. tune.seeds=[0]"]
-        return []
-
-
-#: what a job may return to the sweeper (``optimized_metric``): a validation metric at the end of
-#: training (``metrics.val`` of its record), so an optimising sweeper never selects on the test split
-OPTIMIZED_METRICS = ("val/loss", "val/accuracy")
-
-
-def optimized_value(metrics: Mapping[str, Any], name: str) -> float:
-    """The value of ``optimized_metric`` in a record's metrics (NaN when the run has none, e.g. it
-    diverged or failed: an optimiser then counts the trial as failed, not as a result)."""
-    value = (metrics.get("val") or {}).get(name.split("/", 1)[1])
-    return float(value) if isinstance(value, (int, float)) else math.nan
-
-
-#: what a smoke test keeps of a run (``smoke=true``, ``ablate --smoke``): enough steps to pass
-#: through warm-up, evaluation and the table, a small held-out set
-SMOKE = {"trainer.max_steps": 20, "measure.warmup_steps": 5, "optim.warmup_steps": 5, "task.n_test": 64,
-         "task.n_val": 64}
-
-
-def apply_smoke(cfg: DictConfig) -> None:
-    """Shrink ``cfg`` in place to a smoke test when ``cfg.smoke`` is true: each of ``SMOKE``'s keys
-    that the config has is capped at its value (an experiment's own budget included)."""
-    if cfg.get("smoke") is not True:
-        return
-    for key, cap in SMOKE.items():
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
-            OmegaConf.update(cfg, key, cap, merge=False)
 
 
 class ConfigError(ValueError):

@@ -18,7 +18,7 @@ the layers below it, never above:
     records         ablate.results, ablate.record, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.optim, ablate.measure, ablate.tracking, ablate.wandb_history, ablate.loggers,
-                    ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
+                    ablate.settings, ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
                     ablate.run, ablate.timing
     planning        ablate.planner, ablate.preview
     report          ablate.report.*
@@ -43,7 +43,7 @@ LAYERS = {
     "records": ["ablate.results", "ablate.record", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.tracking", "ablate.wandb_history",
-                 "ablate.loggers", "ablate.config", "ablate.catalog",
+                 "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
                  "ablate.run", "ablate.timing"],
     "planning": ["ablate.planner", "ablate.preview"],

@@ -13,7 +13,8 @@ from conftest import QUIET, compose_cfg, records, run_cli
 
 from ablate.cli import FLAGS, expand_flags
 from ablate.compose import tiny_overrides
-from ablate.config import config_problems, optimized_value
+from ablate.config import config_problems
+from ablate.settings import optimized_value
 
 TINY = tiny_overrides(*QUIET)
 
