@@ -1,4 +1,4 @@
-"""Tests of ablate.measure: the step-time summary, SpeedMeter inside a real Lightning fit, and
+"""Tests of ablate.measure and ablate.memory: the step-time summary, SpeedMeter inside a real Lightning fit, and
 the CPU memory accounting (exact bytes on a hand-checkable model, determinism, scaling).
 
 No test asserts anything about how long something took: the machine is shared and noisy.
@@ -14,7 +14,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from ablate.lit import SpeedMeter
-from ablate.measure import measure_training_memory, summarize_times
+from ablate.measure import summarize_times
+from ablate.memory import measure_training_memory
 
 pytestmark = [  # Lightning's hints about num_workers etc., and its use of a deprecated torch pytree API
     pytest.mark.filterwarnings("ignore::UserWarning"),
