@@ -40,7 +40,7 @@ def task_problems(cfg: dict) -> list[str]:
 
 def datamodule(cfg: dict, seed: int = 0) -> AblateDataModule:
     return AblateDataModule(node(cfg), seed=seed)
-from ablate.data.files import CLS, PAD, SEP
+from ablate.data.formats import CLS, PAD, SEP
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).resolve().parent / "fixtures"

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .base import N_VAL, Task
-from .files import ClassificationTask, _dir_problems, read_glue_tsv
+from .files import ClassificationTask, _dir_problems
+from .formats import read_glue_tsv
 
 
 def _datasets_available() -> bool:
