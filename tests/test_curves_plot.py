@@ -11,6 +11,7 @@ import pytest
 from conftest import compose_cfg
 from test_table import record
 
+from ablate.record import CurvePoint, Record
 from ablate.lit import curve_steps
 from ablate.report import build_table
 from ablate.report.plot import MIN_CURVE_POINTS, curves, curves_figure
@@ -20,15 +21,15 @@ TOKENS_PER_STEP = 512
 SEEDS = (0, 1, 2)
 
 
-def curve_records(steps: list[int]) -> list[dict]:
+def curve_records(steps: list[int]) -> list[Record]:
     """Two variants x three seeds, each run evaluated at ``steps``; seed s adds 0.1 s to the loss."""
     recs = []
     for v, fpt in FPT.items():
         for s in SEEDS:
             rec = record(len(recs), [f"qkv_sharing={v}", f"seed={s}"])
-            rec["metrics"]["history"] = [
-                {"step": k, "tokens": k * TOKENS_PER_STEP, "flops": fpt * k * TOKENS_PER_STEP,
-                 "loss": 3.0 - k / steps[-1] + 0.1 * s, "accuracy": 0.5} for k in steps]
+            rec.metrics.history = [
+                CurvePoint(step=k, tokens=k * TOKENS_PER_STEP, flops=fpt * k * TOKENS_PER_STEP,
+                           loss=3.0 - k / steps[-1] + 0.1 * s, accuracy=0.5) for k in steps]
             recs.append(rec)
     return recs
 

@@ -126,15 +126,15 @@ def test_every_ablate_table_command_in_the_readme_parses() -> None:
 def test_every_column_of_the_table_is_explained_in_the_readme() -> None:
     from test_table import qkv_records
 
+    from ablate.record import CurvePoint
     from ablate.report import build_table
     from ablate.report.formats import to_markdown
 
     records = qkv_records()
     for i, record in enumerate(records):  # the optional columns: FLOPs, early and final loss
-        record["metrics"].update({"flops_per_token": 1e6 * (1 + i % 3), "train_flops": 1e9 * (1 + i % 3),
-                                  "history": [{"step": 1, "loss": 2.0, "accuracy": 0.3, "tokens": 10, "flops": 1.0},
-                                              {"step": 10, "loss": 1.0, "accuracy": 0.6, "tokens": 100,
-                                               "flops": 10.0}]})
+        record.metrics.update(flops_per_token=1e6 * (1 + i % 3), train_flops=1e9 * (1 + i % 3),
+                              history=[CurvePoint(step=1, loss=2.0, accuracy=0.3, tokens=10, flops=1.0),
+                                       CurvePoint(step=10, loss=1.0, accuracy=0.6, tokens=100, flops=10.0)])
     header = next(line for line in to_markdown(build_table(records)).splitlines() if line.startswith("| variant"))
     columns = {re.sub(r" \(.*\)$", "", c.strip()) for c in header.strip("|").split("|")}
     explained = set()

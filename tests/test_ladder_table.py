@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli
 
+from ablate.record import BudgetEntry, JobEntry, Metrics, Record, Score, WandbEntry
 from ablate.report import LadderTable, build_table, load, render, save_outputs
 from ablate.report.formats import FORMATS
 
@@ -30,24 +30,24 @@ def law(c: float) -> float:
     return E + A * (c / 1e12) ** -ALPHA
 
 
-def ladder_records(rungs=RUNGS, status_of=None) -> list[dict]:
+def ladder_records(rungs=RUNGS, status_of=None) -> list[Record]:
     recs, num = [], 0
     for rung in rungs:
         for ffn, shift in (("gelu", 1.0), ("swiglu", 2.0)):   # swiglu: the baseline's loss at 2x compute
             for seed, noise in enumerate(NOISE):
                 c = FLOPS[rung]
                 loss = law(shift * c) + noise
-                recs.append({
-                    "status": "ok", "overrides": [f"model.size={rung}", f"ffn={ffn}", f"seed={seed}"],
-                    "choices": {}, "experiment": {"name": "ffn_ladder", "baseline": "ffn=gelu"},
-                    "config": {"seed": seed, "task": {"name": "lm", "seq_len": 64}},
-                    "metrics": {"metric": "token_accuracy", "accuracy": 0.5, "loss": loss, "tokens_per_s": 1e3,
-                                "params": 1000, "steps": 10, "train_flops": c, "final_loss": loss,
-                                "val": {"accuracy": 0.5, "loss": loss}},
-                    "budget": {"match": "tokens_per_param", "tokens_per_param": 20},
-                    "wandb": {"project": "ablate-test", "group": "ladder-g", "name": f"job{num}", "dir": ""},
-                    "job": {"num": num, "dir": f"/x/{num}", "sweep_dir": "/x"},
-                })
+                recs.append(Record(
+                    status="ok", overrides=[f"model.size={rung}", f"ffn={ffn}", f"seed={seed}"],
+                    choices={}, experiment={"name": "ffn_ladder", "baseline": "ffn=gelu"},
+                    config={"seed": seed, "task": {"name": "lm", "seq_len": 64}},
+                    metrics=Metrics(metric="token_accuracy", accuracy=0.5, loss=loss, tokens_per_s=1e3,
+                                    params=1000, steps=10, train_flops=c, final_loss=loss,
+                                    val=Score(accuracy=0.5, loss=loss)),
+                    budget=BudgetEntry(match="tokens_per_param", tokens_per_param=20),
+                    wandb=WandbEntry(project="ablate-test", group="ladder-g", name=f"job{num}", dir=""),
+                    job=JobEntry(num=num, dir=f"/x/{num}", sweep_dir="/x"),
+                ))
                 num += 1
     return recs
 
@@ -125,7 +125,7 @@ def test_ladder_off_gives_the_flat_table():
 
 
 def test_ladder_on_without_a_size_key_raises():
-    recs = [r for r in ladder_records() if "model.size=xs" in r["overrides"]]
+    recs = [r for r in ladder_records() if "model.size=xs" in r.overrides]
     assert not isinstance(build_table(recs), LadderTable)
     with pytest.raises(ValueError, match="size key"):
         build_table(recs, ladder="on")
@@ -134,9 +134,7 @@ def test_ladder_on_without_a_size_key_raises():
 @pytest.mark.slow
 def test_cli_writes_the_ladder_csv(tmp_path):
     for rec in ladder_records():
-        d = tmp_path / str(rec["job"]["num"])
-        d.mkdir()
-        (d / "result.json").write_text(json.dumps(rec))
+        rec.write(tmp_path / str(rec.job.num))
     out = subprocess.run([sys.executable, "-m", "ablate.report.cli", str(tmp_path), "--format", "csv", "--no-wandb",
                           "--save"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -193,24 +191,24 @@ def test_a_tuned_ladder_is_built_from_the_runs_at_each_chosen_lr(tmp_path):
     chosen_runs = ladder_records()
     tuning = []
     for r in chosen_runs:
-        if r["config"]["seed"] == 0:  # the tuning run at the rate not chosen: much worse
-            bad = json.loads(json.dumps(r))
-            bad["overrides"] = r["overrides"] + ["optim.lr=0.03"]
-            bad["metrics"]["val"]["loss"] = bad["metrics"]["final_loss"] = r["metrics"]["val"]["loss"] + 5
-            bad["metrics"]["lr"] = 0.03
+        if r.seed == 0:  # the tuning run at the rate not chosen: much worse
+            bad = Record.from_json(r.to_json())
+            bad.overrides = r.overrides + ["optim.lr=0.03"]
+            bad.metrics.val.loss = bad.metrics.final_loss = r.metrics.val.loss + 5
+            bad.metrics.lr = 0.03
             tuning.append(bad)
-        r["overrides"] = r["overrides"] + ["optim.lr=0.001"]
-        r["metrics"]["lr"] = 0.001
+        r.overrides = r.overrides + ["optim.lr=0.001"]
+        r.metrics.lr = 0.001
     swept = ["model.size", "ffn", "seed"]
-    variants = {job_variant(r["overrides"], swept) for r in chosen_runs}
+    variants = {job_variant(r.overrides, swept) for r in chosen_runs}
     transfer = {v: v.replace(f"model.size={s}", "model.size=xs") for v in variants for s in RUNGS[1:] if f"model.size={s}" in v}
-    plan = SweepPlan(swept=swept, jobs=[r["overrides"] for r in tuning], definition=[r["overrides"][:-1] for r in chosen_runs],
+    plan = SweepPlan(swept=swept, jobs=[r.overrides for r in tuning], definition=[r.overrides[:-1] for r in chosen_runs],
                      tune=Tuning(lr=[0.001, 0.03], default_lr=0.03, seeds=[0], chosen={v: 0.001 for v in variants},
                                  transfer=transfer, rungs="smallest"))
     plan.write(tmp_path)
     for i, r in enumerate(tuning + chosen_runs):
         (tmp_path / f"job{i}").mkdir()
-        r["_path"] = str(tmp_path / f"job{i}" / "result.json")
+        r.path = tmp_path / f"job{i}" / "result.json"
     t = build_table(tuning + chosen_runs, n_boot=200)
     assert isinstance(t, LadderTable)
     for row in t.rows:
@@ -226,15 +224,15 @@ def test_a_record_the_ladder_cannot_use_is_named_in_one_line_and_left_out(field,
     went into the fit unnamed."""
     recs = ladder_records()
     bad = recs[0]  # xs, gelu, seed 0
-    bad["_path"] = str(tmp_path / "0" / "result.json")
+    bad.path = tmp_path / "0" / "result.json"
     if field == "val.loss":
-        bad["metrics"]["val"]["loss"] = value
+        bad.metrics.val.loss = value
     else:
-        bad["metrics"]["train_flops"] = value
+        bad.metrics.train_flops = value
     with pytest.warns(UserWarning) as caught:
         t = build_table(recs, n_boot=50)
     lines = [str(w.message) for w in caught if "a ladder needs" in str(w.message)]
-    assert len(lines) == 1 and lines[0].startswith(f"{bad['_path']}: metrics.{field}={value!r} ")
+    assert len(lines) == 1 and lines[0].startswith(f"{bad.path}: metrics.{field}={value!r} ")
     assert isinstance(t, LadderTable) and t.n_left_out == 1
     assert t.rows[0].cells["xs"].n == 2 and t.rows[0].cells["s"].n == 3
     assert "1 ok runs without usable training FLOPs or loss left out" in t.caption()
@@ -243,9 +241,9 @@ def test_a_record_the_ladder_cannot_use_is_named_in_one_line_and_left_out(field,
 def test_a_baseline_flat_within_its_seed_spread_gives_a_table_saying_so():
     recs = ladder_records(rungs=["xs", "s"])
     for r in recs:
-        if "ffn=gelu" in r["overrides"]:
-            loss = 3.0 - 0.01 * ("model.size=s" in r["overrides"]) + [-0.5, 0.0, 0.5][r["config"]["seed"]]
-            r["metrics"]["val"]["loss"] = r["metrics"]["final_loss"] = loss
+        if "ffn=gelu" in r.overrides:
+            loss = 3.0 - 0.01 * ("model.size=s" in r.overrides) + [-0.5, 0.0, 0.5][r.seed]
+            r.metrics.val.loss = r.metrics.final_loss = loss
     t = build_table(recs, n_boot=200)
     assert t.ladder.curve is None and "flat within its seeds' spread" in t.caption()
     for fmt in FORMATS:

@@ -105,7 +105,7 @@ def test_the_default_latex_is_the_paper_table(tables, kind):
 
 
 def test_a_narrow_table_sits_in_one_column_a_wider_one_spans_both(tables):
-    two_tasks = [r for r in task_records() if r["config"]["task"]["name"] != "copy"]
+    two_tasks = [r for r in task_records() if r.config["task"]["name"] != "copy"]
     narrow = check_structure(render(build_table(two_tasks, columns="task"), "latex"))
     assert narrow["env"] == "table" and narrow["spec"] == "lrrr"
     # variant, accuracy, Δ [CI], speed, params: wider than a column of a two-column paper

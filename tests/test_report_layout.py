@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from test_table import qkv_records, record, write_sweep
 
+from ablate.record import BudgetEntry, CurvePoint, Record, Score
 from ablate.report import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, build_table, csv_columns, load_records, mean_curve,
                            render, save_outputs)
 from ablate.report.cli import main
@@ -47,7 +48,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def task_records(columns: str | None = None, rows: list[str] | None = None) -> list[dict]:
+def task_records(columns: str | None = None, rows: list[str] | None = None) -> list[Record]:
     """task x qkv_sharing x 3 seeds (three_projections), per-run noise small and not constant."""
     exp = {"name": "three_projections", "baseline": "qkv_sharing=independent",
            "labels": {"qkv_sharing=qkv_shared": "Q=K=V", "qkv_sharing=qk_shared": "Q=K, V separate"},
@@ -58,7 +59,7 @@ def task_records(columns: str | None = None, rows: list[str] | None = None) -> l
             for s in range(3):
                 acc = BASE_ACC[task, v] + SEED_NOISE[s] + 0.002 * ((s + i) % 3)  # runs' own noise
                 rec = record(n, [f"task={task}", f"qkv_sharing={v}", f"seed={s}"], acc=acc, experiment=exp)
-                rec["config"]["task"]["name"] = task
+                rec.config["task"]["name"] = task
                 recs.append(rec)
                 n += 1
     return recs
@@ -72,8 +73,8 @@ def test_pivot_puts_each_task_in_a_column_with_an_average(tmp_path):
     assert [r.label for r in t.rows] == ["independent", "Q=K, V separate", "Q=K=V"]
     qk = t.rows[1]
     for task in TASKS:
-        accs = [r["metrics"]["accuracy"] for r in task_records()
-                if f"task={task}" in r["overrides"] and "qkv_sharing=qk_shared" in r["overrides"]]
+        accs = [r.metrics.accuracy for r in task_records()
+                if f"task={task}" in r.overrides and "qkv_sharing=qk_shared" in r.overrides]
         assert qk.cells[task].accuracy_mean == pytest.approx(np.mean(accs))
         assert qk.cells[task].accuracy_std == pytest.approx(np.std(accs, ddof=1))
     assert qk.avg == pytest.approx(np.mean([qk.cells[task].accuracy_mean for task in TASKS]))
@@ -128,7 +129,7 @@ def test_pivot_defaults_to_the_experiment_and_the_flag_wins(tmp_path, capsys):
     # an experiment's columns naming no swept key: a warning, and the plain table
     recs = qkv_records()
     for r in recs:
-        r["experiment"]["columns"] = "task"
+        r.experiment["columns"] = "task"
     with pytest.warns(UserWarning, match="experiment.columns"):
         assert not build_table(recs).pivoted
 
@@ -159,7 +160,7 @@ def test_rows_choose_and_order_by_key_label_or_value(tmp_path, capsys):
 
 # --- the newer record keys: FLOPs, early/final loss, steps, budget -----------------------------
 
-def flops_records(match: str = "flops") -> list[dict]:
+def flops_records(match: str = "flops") -> list[Record]:
     """Two variants; qk_shared is cheaper per token, so a FLOPs-matched budget gives it more steps."""
     recs, n = [], 0
     for v, fpt, steps in (("independent", 6.0e6, 100), ("qk_shared", 4.0e6, 150)):
@@ -167,15 +168,15 @@ def flops_records(match: str = "flops") -> list[dict]:
             tokens = steps * 512
             acc = 0.8 + 0.01 * s + (0.003 * s * s if v != "independent" else 0)
             rec = record(n, [f"qkv_sharing={v}", f"seed={s}"], acc=acc)
-            rec["metrics"].update(
+            rec.metrics.update(
                 steps=steps, tokens=tokens, flops_per_token=fpt, train_flops=fpt * tokens,
                 early_loss=2.0 + 0.1 * s, final_loss=1.0 + 0.1 * s + (0.05 if v == "qk_shared" else 0),
-                val={"accuracy": 0.8, "loss": 1.0},
-                history=[{"step": k, "tokens": k * 512, "flops": fpt * k * 512, "loss": 3.0 - k / steps - 0.1 * s,
-                          "accuracy": 0.5} for k in (steps // 4, steps // 2, steps)])
-            rec["budget"] = {"match": match, "steps": steps if match != "steps" else 100,
-                             "baseline": "qkv_sharing=independent", "baseline_train_flops": 6.0e6 * 100 * 512,
-                             "baseline_tokens": 100 * 512}
+                val=Score(accuracy=0.8, loss=1.0),
+                history=[CurvePoint(step=k, tokens=k * 512, flops=fpt * k * 512, loss=3.0 - k / steps - 0.1 * s,
+                                    accuracy=0.5) for k in (steps // 4, steps // 2, steps)])
+            rec.budget = BudgetEntry(match=match, steps=steps if match != "steps" else 100,
+                                     baseline="qkv_sharing=independent", baseline_train_flops=6.0e6 * 100 * 512,
+                                     baseline_tokens=100 * 512)
             recs.append(rec)
             n += 1
     return recs
@@ -211,7 +212,7 @@ def test_budget_captions_and_steps_shown_only_when_they_differ():
     recs = flops_records("tokens")
     assert "budget: training tokens matched to the baseline's (51.2k tokens)" in build_table(recs).caption()
     for r in recs:
-        r["metrics"]["steps"] = 100
+        r.metrics.steps = 100
     header = md_table(render(build_table(recs), "markdown"))[0]
     assert "steps" not in header  # equal steps: the CSV has them, the human table does not repeat them
     assert csv_dicts(render(build_table(recs), "csv"))[0]["steps"] == "100"
@@ -247,8 +248,8 @@ def test_curves_png_from_the_histories(tmp_path):
 def test_curves_of_a_pivoted_table_have_one_panel_per_column(tmp_path):
     recs = task_records(columns="task")
     for r in recs:
-        r["metrics"]["history"] = [{"step": k, "tokens": 100 * k, "flops": 1e6 * k, "loss": 2.0 / k, "accuracy": 0.5}
-                                   for k in (1, 2, 4)]
+        r.metrics.history = [CurvePoint(step=k, tokens=100 * k, flops=1e6 * k, loss=2.0 / k, accuracy=0.5)
+                             for k in (1, 2, 4)]
     t = build_table(recs)
     single = build_table(flops_records())
     w_pivot, _ = png_size(save_outputs(t, tmp_path / "p")["curves"])
@@ -283,8 +284,8 @@ def tuned_sweep(root: Path) -> Path:
     for n, job in enumerate(jobs):
         v, seed, lr = job[0].split("=")[1], int(job[1].split("=")[1]), float(job[2].split("=")[1])
         rec = record(n, job, acc=tuned_accuracy(v, lr, seed))
-        rec["config"]["optim"] = {"lr": lr}
-        rec["metrics"]["lr"] = lr
+        rec.config["optim"] = {"lr": lr}
+        rec.metrics.lr = lr
         recs.append(rec)
     write_sweep(root, recs)
     scores = {f"qkv_sharing={v}": {str(lr): 3.0 - tuned_accuracy(v, lr, 0) for lr in GRID}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_ladder_table import ladder_records
 
+from ablate.record import Record
 from ablate.report import build_table, load, write_report
 from ablate.report.layout import TableLayout
 from ablate.report.records import load_sweep
@@ -19,23 +20,21 @@ from ablate.report.webpage import safe_href, to_html
 from ablate.sweep import SWEEP_FILE, SeveralSweeps, SweepPlan, load_sweep_records
 
 
-def write_sweep(directory: Path, records: list[dict], swept: list[str]) -> Path:
+def write_sweep(directory: Path, records: list[Record], swept: list[str]) -> Path:
     """``records`` as the jobs of one sweep in ``directory``, with its ``sweep.json``."""
     directory.mkdir(parents=True, exist_ok=True)
     for rec in records:
-        job = directory / str(rec["job"]["num"])
-        job.mkdir()
-        (job / "result.json").write_text(json.dumps(rec))
-    jobs = [rec["overrides"] for rec in records]
+        rec.write(directory / str(rec.job.num))
+    jobs = [rec.overrides for rec in records]
     SweepPlan(swept=swept, jobs=jobs, definition=jobs).write(directory)
     return directory
 
 
-def flat_records() -> list[dict]:
+def flat_records() -> list[Record]:
     """The ladder's smallest rung without its size key: a flat sweep of ffn x seed."""
-    recs = [r for r in ladder_records() if "model.size=xs" in r["overrides"]]
+    recs = [r for r in ladder_records() if "model.size=xs" in r.overrides]
     for r in recs:
-        r["overrides"] = [o for o in r["overrides"] if not o.startswith("model.size")]
+        r.overrides = [o for o in r.overrides if not o.startswith("model.size")]
     return recs
 
 

@@ -34,7 +34,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, one_thread) -> Path:
     directory = tmp_path_factory.mktemp("sweep")
     for num, overrides in enumerate(JOBS):
         run_job(compose_cfg([*TINY, *overrides]), Job(directory / ",".join(overrides), overrides, {}, str(directory), num))
-    statuses = sorted(r["status"] for r in load_sweep_records(directory))
+    statuses = sorted(r.status for r in load_sweep_records(directory))
     assert statuses == ["diverged", "ok", "ok", "ok", "ok"], statuses
     return directory
 
@@ -49,12 +49,12 @@ def test_load_gives_the_records_the_table_and_the_curves_as_dataframes(sweep: Pa
     assert len(runs) == len(records) and list(runs["job"]) == [0, 1, 2, 3, 4]
     assert list(runs["status"]) == ["ok", "ok", "ok", "ok", "diverged"]
     assert list(runs["pos_enc"]) == ["learned", "learned", "rope", "rope", "rope"]  # a column per swept key
-    by_job = {r["job"]["num"]: r for r in records}
+    by_job = {r.job.num: r for r in records}
     for _, run in runs.iterrows():
         record = by_job[run["job"]]
-        assert Path(run["job_dir"]) == Path(record["_path"]).parent
+        assert Path(run["job_dir"]) == record.path.parent
         if run["status"] == "ok":
-            assert run["accuracy"] == record["metrics"]["accuracy"] and run["val.loss"] == record["metrics"]["val"]["loss"]
+            assert run["accuracy"] == record.metrics.accuracy and run["val.loss"] == record.metrics.val.loss
     assert "non-finite loss" in runs.loc[4, "error"]
 
     table = frames.table  # the same numbers as table.csv (ablate-table --save)
@@ -80,9 +80,9 @@ def test_load_gives_the_records_the_table_and_the_curves_as_dataframes(sweep: Pa
     assert runs["diverged_step"].dtype == float
 
     history = frames.history
-    assert len(history) == sum(len(r["metrics"]["history"]) for r in records if r["status"] == "ok")
+    assert len(history) == sum(len(r.metrics.history) for r in records if r.ok)
     first = history[history["job"] == 0]
-    assert list(first["step"]) == [p["step"] for p in by_job[0]["metrics"]["history"]]
+    assert list(first["step"]) == [p.step for p in by_job[0].metrics.history]
     assert frames.caption == build_table(records).caption()
 
 

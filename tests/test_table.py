@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from ablate.report import (CSV_COLUMNS, OPTIONAL_CSV_COLUMNS, build_table, csv_c
                            render, save_outputs)
 from conftest import wandb_run_info, wandb_summary
 
+from ablate.record import JobEntry, Metrics, Record, Score, WandbEntry
 from ablate.report.cli import main
 from ablate.sweep import variant_key, variants
 
@@ -37,33 +39,32 @@ MEM = {"independent": 4 * 2**20, "qk_shared": 3 * 2**20, "qkv_shared": 2 * 2**20
 
 
 def record(num, overrides, status="ok", acc=0.9, loss=0.3, tps=1000.0, mem=2**20, params=1000,
-           experiment=None, evals=None, seq_len=16, group="sweep-g", metric="token_accuracy"):
-    metrics = {} if status == "failed" else {
-        "metric": metric, "accuracy": acc, "loss": loss, "tokens_per_s": tps,
-        "step_time_s": {"min": 0.01, "median": 0.02, "max": 0.03},
-        "peak_memory_bytes": mem, "memory_source": "cpu-accounting", "params": params,
-        "wall_time_s": 1.0, "steps": 10,
-    }
+           experiment=None, evals=None, seq_len=16, group="sweep-g", metric="token_accuracy") -> Record:
+    """One job's record, built through the type (``ablate.record``): a field no job writes is a TypeError."""
+    metrics = Metrics() if status == "failed" else Metrics(
+        metric=metric, accuracy=acc, loss=loss, tokens_per_s=tps,
+        step_time_s={"min": 0.01, "median": 0.02, "max": 0.03},
+        peak_memory_bytes=mem, memory_source="cpu-accounting", params=params,
+        wall_time_s=1.0, steps=10,
+    )
     if evals and status != "failed":
-        metrics["eval"] = {str(L): {"accuracy": a, "loss": 1.0} for L, a in evals.items()}
-    return {
-        "status": status, "overrides": overrides,
-        "choices": {"qkv_sharing": "x", "pos_enc": "rope"},
-        "experiment": experiment,
-        "config": {"seed": next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0),
-                   "task": {"name": "reverse", "seq_len": seq_len}},
-        "metrics": metrics,
-        "error": {"ok": None, "diverged": "non-finite loss at step 5", "failed": "boom"}.get(status),
-        "wandb": {"project": "ablate-test", "group": group, "name": f"job{num}", "dir": ""},
-        "job": {"num": num, "dir": f"/x/{num}", "sweep_dir": "/x"},
-    }
+        metrics.eval = {str(L): Score(accuracy=a, loss=1.0) for L, a in evals.items()}
+    return Record(
+        status=status, overrides=list(overrides),
+        choices={"qkv_sharing": "x", "pos_enc": "rope"},
+        experiment=dict(experiment or {}),
+        config={"seed": next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 0),
+                "task": {"name": "reverse", "seq_len": seq_len}},
+        metrics=metrics,
+        error={"ok": None, "diverged": "non-finite loss at step 5", "failed": "boom"}.get(status),
+        wandb=WandbEntry(project="ablate-test", group=group, name=f"job{num}", dir=""),
+        job=JobEntry(num=num, dir=f"/x/{num}", sweep_dir="/x"),
+    )
 
 
-def write_sweep(root: Path, records: list[dict]) -> Path:
+def write_sweep(root: Path, records: list[Record]) -> Path:
     for rec in records:
-        d = root / str(rec["job"]["num"])
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "result.json").write_text(json.dumps(rec))
+        rec.write(root / str(rec.job.num))
     return root
 
 
@@ -170,7 +171,7 @@ def test_baseline_override_forms_and_unknown(sweep):
 def test_baseline_from_experiment_else_first(tmp_path):
     recs = qkv_records(experiment=False)
     for r in recs:
-        r["experiment"] = {"name": "x", "baseline": "qkv_sharing=qkv_shared"}
+        r.experiment = {"name": "x", "baseline": "qkv_sharing=qkv_shared"}
     assert build_table(recs).baseline_key == "qkv_sharing=qkv_shared"
     assert build_table(qkv_records(experiment=False)).baseline_key == "qkv_sharing=independent"
 
@@ -256,10 +257,10 @@ def test_runs_trained_at_several_lengths_head_the_table_with_their_own(tmp_path)
     header = _md_cells(md.splitlines()[2])
     assert header[1] == "accuracy (%)" and "acc@512 (%)" in header and "acc@64 (%)" not in header
     assert "trained at length" not in t.caption() and "its own training length" in t.caption()
-    only_own = [r for r in recs if r["config"]["task"]["seq_len"] == 64]
+    only_own = [r for r in recs if r.config["task"]["seq_len"] == 64]
     for r in recs:
-        if r["config"]["task"]["seq_len"] == 256:
-            only_own.append({**r, "metrics": {**r["metrics"], "eval": {"256": r["metrics"]["eval"]["256"]}}})
+        if r.config["task"]["seq_len"] == 256:
+            only_own.append(replace(r, metrics=replace(r.metrics, eval={"256": r.metrics.eval["256"]})))
     t = build_table(only_own)
     assert t.extra_lengths == [] and "acc@" not in render(t, "markdown")
 
@@ -331,9 +332,7 @@ def test_corrupt_record_skipped_with_warning(sweep):
 def test_nested_job_dirs_and_partial_sweep(tmp_path):
     recs = qkv_records()[:4]
     for i, rec in enumerate(recs):
-        d = tmp_path / "multirun" / "2026-01-01" / "12-00-00" / str(i)
-        d.mkdir(parents=True)
-        (d / "result.json").write_text(json.dumps(rec))
+        rec.write(tmp_path / "multirun" / "2026-01-01" / "12-00-00" / str(i))
     t = build_table(load_records(tmp_path / "multirun"))
     assert [r.n for r in t.rows] == [2, 1, 1]
 
@@ -450,7 +449,7 @@ def test_tasks_with_different_metrics_say_which_metric_each_row_has(tmp_path):
     for task, metric in metrics.items():
         for seed in (0, 1):
             rec = record(n, [f"task={task}", "qkv_sharing=independent", f"seed={seed}"], metric=metric)
-            rec["config"]["task"]["name"] = task
+            rec.config["task"]["name"] = task
             recs.append(rec)
             n += 1
     t = build_table(recs)
@@ -473,17 +472,17 @@ def test_smoke_test_records_make_a_smoke_table(tmp_path):
     t = build_table(recs)
     assert "smoke" not in t.caption().lower() and "smoke" not in render(t, "markdown").lower()
     for r in recs:
-        r["config"]["smoke"] = True
-        r["config"]["seed"] = 0  # --smoke runs seed 0 only
-        r["metrics"]["steps"] = 20
-    recs[0]["config"]["smoke"] = False  # one is enough: the table is a smoke test
+        r.config["smoke"] = True
+        r.config["seed"] = 0  # --smoke runs seed 0 only
+        r.metrics.steps = 20
+    recs[0].config["smoke"] = False  # one is enough: the table is a smoke test
     t = build_table(recs)
     assert t.caption().startswith("SMOKE TEST (20 steps, seed 0), not a result;"), t.caption()
     for fmt in ("markdown", "latex", "terminal"):
         out = render(t, fmt)
         assert "SMOKE TEST" in out and "not a result" in out
     for r in recs:
-        r["config"]["seed"] = int(r["overrides"][2].split("=")[1])
+        r.config["seed"] = int(r.overrides[2].split("=")[1])
     assert "20 steps, seeds 0, 1, 2" in build_table(recs).caption()
 
 
@@ -491,16 +490,16 @@ def test_jobs_that_shared_the_cores_are_named_in_the_caption(tmp_path):
     recs = qkv_records()
     assert "shared the machine" not in build_table(recs).caption()
     for r in recs:
-        r["metrics"].update(concurrent_jobs=1, torch_threads=2, cpu_cores=2)
+        r.metrics.update(concurrent_jobs=1, torch_threads=2, cpu_cores=2)
     assert "shared the machine" not in build_table(recs).caption()
     for r in recs:
-        r["metrics"].update(concurrent_jobs=2, torch_threads=1, cpu_cores=2)
+        r.metrics.update(concurrent_jobs=2, torch_threads=1, cpu_cores=2)
     caption = build_table(recs).caption()
     assert ("jobs shared the machine: up to 2 ran at once on 2 cores, 1 torch thread each, so the speed "
             "ratios come from runs competing for the CPU") in caption, caption
     assert "--bench" in caption and "more threads than cores" not in caption
     for r in recs:
-        r["metrics"].update(concurrent_jobs=10, torch_threads=1)
+        r.metrics.update(concurrent_jobs=10, torch_threads=1)
     assert "up to 10 ran at once on 2 cores, 1 torch thread each (more threads than cores)" in build_table(recs).caption()
     # an interleaved benchmark is the speed source: the runs' own timings are not shown
     assert "shared the machine" not in build_table(recs, bench=bench_json()).caption()
@@ -525,7 +524,7 @@ def test_docs_document_the_csv_columns():
 
 def lr_run(num, variant, lr, seed):
     rec = record(num, [f"qkv_sharing={variant}", f"seed={seed}", f"optim.lr={lr}"])
-    rec["metrics"]["lr"] = lr
+    rec.metrics.lr = lr
     return rec
 
 
@@ -537,8 +536,8 @@ def test_final_runs_are_each_variants_at_its_chosen_lr_or_else_at_the_default():
     tune = Tuning(lr=[1e-3, 3e-3], default_lr=3e-3, seeds=[0], chosen={"qkv_sharing=independent": 1e-3})
     final, at_default = final_runs(recs, {"qkv_sharing"}, tune)
     # qk_shared is not tuned yet: its default-lr run; at the default lr only the tuning seed counts
-    assert [r["job"]["num"] for r in final] == [0, 4]
-    assert [r["job"]["num"] for r in at_default] == [1, 4]
+    assert [r.job.num for r in final] == [0, 4]
+    assert [r.job.num for r in at_default] == [1, 4]
     assert final_runs(recs, {"qkv_sharing"}, None) == (recs, [])  # untuned: every record
     with pytest.raises(ValueError, match="no records at the chosen"):
         final_runs(recs, {"qkv_sharing"}, Tuning(lr=tune.lr, default_lr=3e-3, seeds=[0],
@@ -600,3 +599,49 @@ def test_table_png_shows_the_delta_with_its_ci_and_the_marks_on_a_fitted_axis():
     ax_len = table_figure(build_table(recs)).axes[0]
     assert ax_len.get_xlabel().startswith("evaluation length")
     assert sorted({float(x) for line in ax_len.get_lines() for x in line.get_xdata()}) == [16.0, 32.0, 64.0]
+
+
+def test_runs_stopped_early_are_named_in_their_row_and_the_caption():
+    """An EarlyStopping callback ended some runs before max_steps (``metrics.early_stopped``; their
+    status stays ok): the runs cell says how many, the caption at which steps, and since a run's
+    early loss is read at ``eval.early_fraction`` of the steps it trained, that it is not comparable."""
+    recs = qkv_records()
+    t = build_table(recs)
+    assert "stopped early" not in t.caption() and "stopped early" not in render(t, "markdown")
+    stops = {1: 40, 4: 55}  # qk_shared seeds 0 and 1
+    for r in recs:
+        r.metrics.update(early_loss=2.0, final_loss=1.0, steps=stops.get(r.job.num, 100))
+        if r.job.num in stops:
+            r.metrics.early_stopped = {"step": stops[r.job.num], "max_steps": 100, "monitor": "val/loss",
+                                       "best": 1.0, "reason": "Monitored metric val/loss did not improve"}
+    t = build_table(recs)
+    base, qk, qkv = t.rows
+    assert qk.stopped_early == [40, 55] and base.stopped_early == [] and qk.n == 3
+    assert qk.status == "3 ok (2 stopped early)" and qkv.status == "2 ok, 1 diverged"
+    assert [r["status"] for r in csv_dicts(render(t, "csv"))][1] == "3 ok (2 stopped early)"
+    assert "3 ok (2 stopped early)" in render(t, "markdown")
+    caption = t.caption()
+    assert "2 runs stopped early by EarlyStopping (at steps 40, 55 of 100;" in caption, caption
+    assert "early loss of a run stopped early was read at 25% of the steps it trained, not of max_steps" in caption
+    assert "stopped early by EarlyStopping" in " ".join(render(t, "latex").split())
+    # without the early loss shown, the caption names the stops only
+    for r in recs:
+        r.metrics.early_loss = r.metrics.final_loss = None
+    caption = build_table(recs).caption()
+    assert "2 runs stopped early" in caption and "early loss of a run stopped early" not in caption
+    # a diverged run's early_stopped is not an early stop of a run the table summarises
+    recs[8].metrics.early_stopped = {"step": 5, "max_steps": 100, "monitor": "val/loss", "best": None, "reason": "x"}
+    assert build_table(recs).rows[2].status == "2 ok, 1 diverged"
+
+
+def test_runs_stopped_early_in_a_pivot_and_on_the_page(tmp_path):
+    from ablate.report.webpage import to_html
+
+    recs = [record(n, [f"task={task}", f"qkv_sharing={v}", "seed=0"])
+            for n, (task, v) in enumerate((t, v) for t in ("sort", "copy") for v in ("a", "b"))]
+    recs[3].metrics.early_stopped = {"step": 7, "max_steps": 10, "monitor": "val/loss", "best": 1.0, "reason": "x"}
+    t = build_table(recs, columns="task")
+    assert [r.status for r in t.rows] == ["2 ok", "2 ok (1 stopped early)"]
+    assert "1 run stopped early by EarlyStopping (at step 7 of 10;" in t.caption()
+    page = to_html(t, recs, tmp_path, {})
+    assert "ok (stopped early at step 7)" in page

@@ -19,6 +19,7 @@ from test_ladder_table import ladder_records
 from test_report_layout import task_records, tuned_sweep
 from test_table import qkv_records, record
 
+from ablate.record import Record
 from ablate.report import LadderTable, build_table, columns, load_records, render
 from ablate.report.formats import print_terminal, terminal_width
 
@@ -56,7 +57,7 @@ def headline_values(t) -> list[str]:
     return values
 
 
-def extrapolation_records() -> list[dict]:
+def extrapolation_records() -> list[Record]:
     recs, n = [], 0
     for v, accs in (("rope", (0.9, 0.5, 0.2)), ("alibi", (0.9, 0.8, 0.7)), ("nope", (0.88, 0.3, 0.1))):
         for seed in range(3):

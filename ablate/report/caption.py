@@ -6,8 +6,9 @@ table's fields and properties (this module imports nothing from ``table``, which
 
 The caption says what the accuracy column holds (the metric, or each task's), n, the test behind
 the marks and the Δ column, where speed and memory come from, and where the records have them the
-FLOPs, the early/final losses, the budget matched and a tuned sweep's lr grid; then the baseline
-and that diverged/failed runs are excluded from means. It also says when the records come from a
+FLOPs, the early/final losses, the budget matched, a tuned sweep's lr grid and the runs an
+EarlyStopping callback ended early (``metrics.early_stopped``: their early loss was read earlier in
+training than the others'); then the baseline and that diverged/failed runs are excluded from means. It also says when the records come from a
 smoke test (``smoke: true`` in their config) and when jobs ran at once on the same cores (their
 ``metrics.concurrent_jobs``), since the speeds of such runs come from runs competing for the CPU.
 """
@@ -59,7 +60,8 @@ class CaptionText:
         parts += [self.test_note(), self.speed_note]
         if self.sharing and self.speed_source == "records":
             parts.append(self.sharing_note())
-        parts += [note for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note()) if note]
+        parts += [note for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note(),
+                                    self.early_stop_note(), self.early_loss_stop_note()) if note]
         parts.append("diverged/failed runs are excluded from means")
         return "; ".join(parts) + "."
 
@@ -108,30 +110,53 @@ class CaptionText:
         return f"{marks}; Δ: accuracy minus the baseline's in points, {how}, [95% CI]"
 
     def budget_note(self) -> str | None:
-        """Which training budget the variants shared (``record["budget"]["match"]``), if recorded."""
+        """Which training budget the variants shared (``record.budget.match``), if recorded."""
         b = self.budget
-        if not b or not b.get("match"):
+        if b is None or not b.match:
             return None
-        match = b["match"]
+        match = b.match
         if match == "steps":
-            steps = sorted(b.get("steps_all") or ([b["steps"]] if b.get("steps") else []))
+            steps = sorted(b.steps_all or ([b.steps] if b.steps else []))
             if steps:
                 return f"budget: every variant trained for {_span(steps)} steps"
             return "budget: every variant trained for the same number of steps"
         if match == "tokens":
-            of = f" ({_count(b['baseline_tokens'])} tokens)" if b.get("baseline_tokens") else ""
+            of = f" ({_count(b.baseline_tokens)} tokens)" if b.baseline_tokens else ""
             return f"budget: training tokens matched to the baseline's{of}"
         if match == "flops":
-            flops = b.get("baseline_train_flops")
+            flops = b.baseline_train_flops
             of = f": {flops:.2g} per run".replace("e+", "e") if flops else ""
             return f"budget: training FLOPs matched to the baseline's (±1 step){of}"
         if match == "tokens_per_param":
-            ratio = b.get("tokens_per_param")
-            steps = sorted(b.get("steps_all") or [])
+            ratio = b.tokens_per_param
+            steps = sorted(b.steps_all or [])
             return (f"budget: {ratio:g} training tokens per parameter of each run's own model" if ratio
                     else "budget: training tokens in proportion to each run's parameters") + \
                 (f" ({_span(steps)} steps)" if steps else "")
         return f"budget: {match} matched"
+
+    def early_stop_note(self) -> str | None:
+        """The ok runs an EarlyStopping callback ended before their ``max_steps``
+        (``metrics.early_stopped``): how many, and at which steps. Their numbers are those of a
+        shorter training than the other runs'."""
+        stops = self.early_stops
+        if not stops:
+            return None
+        steps = ", ".join("?" if s is None else str(s) for s in stops.steps)
+        given = sorted({m for m in stops.max_steps if m is not None})
+        of = f" of {_span(given)}" if given else ""
+        return (f"{stops.n} run{'s' if stops.n != 1 else ''} stopped early by EarlyStopping "
+                f"(at step{'s' if stops.n != 1 else ''} {steps}{of}; counted ok, their numbers are at the step "
+                "they stopped)")
+
+    def early_loss_stop_note(self) -> str | None:
+        """Where early-stopped runs' early loss was read: at ``eval.early_fraction`` of the steps each
+        actually trained, so earlier in training than the other runs' (not comparable with them)."""
+        if not self.early_stops or not self.has_losses:
+            return None
+        at = f"{self.early_fraction * 100:g}%" if self.early_fraction is not None else "eval.early_fraction"
+        return (f"the early loss of a run stopped early was read at {at} of the steps it trained, not of "
+                "max_steps: earlier in training than the other runs', so not comparable with theirs")
 
     def tune_note(self, rows: list | None = None) -> str | None:
         """A tuned sweep's sentence: the lr grid and how each variant's lr was chosen; given the
@@ -191,7 +216,8 @@ class CaptionText:
                       else "each run's eval.early_fraction of training")
                 parts.append(f"early/final loss: validation loss at {at} (eval.early_fraction; within the run) "
                              "and at its end, mean over seeds")
-        for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note()):
+        for note in (self.budget_note(), self.tune_note(self.flat), self.transfer_note(), self.early_stop_note(),
+                     None if self.pivoted else self.early_loss_stop_note()):
             if note:
                 parts.append(note)
         parts += [baseline, "diverged/failed runs are counted in status and excluded from means"]
@@ -279,7 +305,7 @@ class LadderCaptionText(CaptionText):
                          f"{acc:.2f} (fraction of variant pairs the smallest rung orders as the largest does)")
         else:
             parts.append(f"rank agreement: none ({ranks.reason})")
-        for note in (self.budget_note(), self.tune_note(), self.transfer_note()):
+        for note in (self.budget_note(), self.tune_note(), self.transfer_note(), self.early_stop_note()):
             if note:
                 parts.append(note)
         parts.append(f"baseline: {self.baseline}")

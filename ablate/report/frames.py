@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ablate.record import Record
 from ablate.report.formats import csv_columns, csv_rows
 from ablate.report.layout import RunPlace, TableLayout
 from ablate.report.record_fields import history_of
@@ -73,30 +74,31 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def run_places(records: list[dict], table: TableLayout) -> list[tuple[dict[str, str], RunPlace]]:
+def run_places(records: list[Record], table: TableLayout) -> list[tuple[dict[str, str], RunPlace]]:
     """Each record's variant (its overrides of the swept keys) and where the table summarises it."""
     swept = table.sweep.swept if table.sweep is not None else records_swept_keys(records)
-    variants = [variant_overrides(record.get("overrides"), swept) for record in records]
+    variants = [variant_overrides(record.overrides, swept) for record in records]
     return [(variant, table.run_place(variant)) for variant in variants]
 
 
-def run_rows(records: list[dict], table: TableLayout) -> list[dict[str, Any]]:
+def run_rows(records: list[Record], table: TableLayout) -> list[dict[str, Any]]:
     """One flat dict per record, in the records' order: RECORD_COLUMNS (``variant`` and ``label``:
     the table row the run is summarised in, ``TableLayout.run_place``), the swept keys' values, the
-    metrics (nested ones dotted: ``val.loss``; ``history`` is ``load``'s own frame)."""
+    metrics as ``result.json`` holds them (``Record.to_json``; nested ones dotted: ``val.loss``,
+    ``early_stopped.step``; a metric the run has not, None, no column of its own;
+    ``history`` is ``load``'s own frame)."""
     rows = []
     for record, (variant, place) in zip(records, run_places(records, table)):
-        config, job, wandb = record.get("config") or {}, record.get("job") or {}, record.get("wandb") or {}
-        path = record.get("_path")
         row: dict[str, Any] = {
-            "job": job.get("num"), "variant": place.key, "label": place.label, "seed": config.get("seed"),
-            "status": record.get("status"), "error": record.get("error"), "diverged_step": record.get("diverged_step"),
-            "overrides": " ".join(record.get("overrides") or []),
-            "job_dir": str(Path(path).parent) if path else job.get("dir"), "wandb_dir": wandb.get("dir"),
+            "job": record.job.num, "variant": place.key, "label": place.label, "seed": record.seed,
+            "status": record.status, "error": record.error, "diverged_step": record.diverged_step,
+            "overrides": " ".join(record.overrides),
+            "job_dir": str(Path(record.path).parent) if record.path else record.job.dir,
+            "wandb_dir": record.wandb.dir if record.wandb is not None else None,
         }
         row.update(variant)
         metrics: dict[str, Any] = {}
-        _flat("", record.get("metrics") or {}, metrics)
+        _flat("", {k: v for k, v in record.to_json()["metrics"].items() if v is not None}, metrics)
         row.update({k: v for k, v in metrics.items() if k not in row})
         rows.append(row)
     return rows
@@ -126,7 +128,7 @@ def load(sweep_dir: str | Path, **table_options: Any) -> SweepFrames:
         raise ValueError(f"no result.json under {sweep_dir}")
     table = build_table(sweep, **table_options)
     runs = run_rows(sweep.records, table)
-    history = [{**{k: run[k] for k in ("job", "variant", "label", "seed")}, **{k: point.get(k) for k in HISTORY_COLUMNS}}
+    history = [{**{k: run[k] for k in ("job", "variant", "label", "seed")}, **{k: getattr(point, k) for k in HISTORY_COLUMNS}}
                for record, run in zip(sweep.records, runs) for point in history_of(record)]
     frame = pd.DataFrame(csv_rows(table), columns=csv_columns(table)).rename(columns=TABLE_RENAMES)
     frame = frame[["variant", "label", *[c for c in frame.columns if c not in TABLE_RENAMES.values()]]].copy()

@@ -26,7 +26,9 @@ from ablate.report.caption import LadderCaptionText
 from ablate.report.layout import Figure, RunPlace
 from ablate.report.ladder_view import (ladder_columns, ladder_fields, ladder_figures, ladder_wandb_config,
                                        ladder_wandb_summary)
-from ablate.report.record_fields import (budget_of, experiment_of, first_value, metric_of, seed_of, smoke_of)
+from ablate.record import Record
+from ablate.report.record_fields import (EarlyStops, SweepBudget, budget_of, early_stops_of, experiment_of,
+                                         first_value, seed_of, smoke_of, val_loss, where)
 from ablate.report.rows import Row, label_of, resolve_baseline
 from ablate.report.scaling import Ladder, Multiplier, Trend, scale_ladder
 from ablate.report.stats import finite, mean, std
@@ -68,6 +70,7 @@ class LadderRow:
     cells: dict[str, LadderCell] = field(default_factory=dict)   # rung -> cell
     trend: Trend | None = None
     counts: dict[str, int] = field(default_factory=dict)          # status -> runs
+    stopped_early: list[int | None] = field(default_factory=list)  # ok runs an EarlyStopping ended: their steps
 
     n = Row.n                # ok runs
     status = Row.status      # the run counts, as in a flat table's runs column
@@ -88,7 +91,8 @@ class LadderTable(LadderCaptionText):
     loss_source: str = "metrics.val.loss"
     experiment: str | None = None
     smoke: dict[str, list[int]] | None = None
-    budget: dict[str, Any] | None = None
+    budget: SweepBudget | None = None
+    early_stops: EarlyStops = field(default_factory=EarlyStops)  # ok runs an EarlyStopping ended early
     wandb_group: str | None = None
     wandb_project: str | None = None
     n_records: int = 0
@@ -146,10 +150,9 @@ def rung_name(ov: dict[str, str], keys: list[str]) -> str:
     return ",".join(f"{k.split('.')[-1]}={ov.get(k, 'default')}" for k in keys)
 
 
-def loss_of(record: dict) -> float | None:
+def loss_of(record: Record) -> float | None:
     """A run's final validation loss: ``metrics.val.loss``, else ``metrics.final_loss``."""
-    val = metric_of(record, "val")
-    found = finite([val.get("loss") if isinstance(val, dict) else None]) or finite([metric_of(record, "final_loss")])
+    found = finite([val_loss(record)]) or finite([record.metrics.final_loss])
     return found[0] if found else None
 
 
@@ -159,27 +162,26 @@ LOSS_RANGE = (1e-9, 1e6)
 FLOPS_RANGE = (1.0, 1e35)
 
 
-def ladder_inputs(record: dict) -> tuple[float, float] | str | None:
+def ladder_inputs(record: Record) -> tuple[float, float] | str | None:
     """An ok run's (training FLOPs, final validation loss) for the ladder; a one-line problem (the
     file, the field, its value and what was expected) when one is recorded but the ladder cannot
     use it; None when either is not recorded (an older record: counted, not named)."""
-    val = metric_of(record, "val")
-    has_val = isinstance(val, dict) and val.get("loss") is not None
-    fields = (("metrics.train_flops", metric_of(record, "train_flops"), FLOPS_RANGE),
+    val = val_loss(record)
+    has_val = val is not None
+    fields = (("metrics.train_flops", record.metrics.train_flops, FLOPS_RANGE),
               ("metrics.val.loss" if has_val else "metrics.final_loss",
-               val["loss"] if has_val else metric_of(record, "final_loss"), LOSS_RANGE))
+               val if has_val else record.metrics.final_loss, LOSS_RANGE))
     if any(value is None for _, value, _ in fields):
         return None
     for name, value, (low, high) in fields:
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         if number is None or not finite([number]) or not low <= number <= high:
-            where = record.get("_path") or f"job {(record.get('job') or {}).get('num', '?')}"
-            return (f"{where}: {name}={value!r} (a ladder needs a finite number in [{low:g}, {high:g}]); "
+            return (f"{where(record)}: {name}={value!r} (a ladder needs a finite number in [{low:g}, {high:g}]); "
                     "run left out of the ladder")
     return float(fields[0][1]), float(fields[1][1])
 
 
-def build_ladder(records: list[dict], swept: set[str], baseline: str | None = None, n_boot: int = N_BOOT,
+def build_ladder(records: list[Record], swept: set[str], baseline: str | None = None, n_boot: int = N_BOOT,
                  seed: int = 0, tune: Tuning | None = None) -> LadderTable:
     """The ladder table of ``records`` (sorted, one sweep) whose swept keys ``swept`` include a size
     key. Baseline: ``baseline`` > ``experiment.baseline`` > the first variant, its size keys dropped.
@@ -193,13 +195,14 @@ def build_ladder(records: list[dict], swept: set[str], baseline: str | None = No
     rung_compute: dict[str, list[float]] = {}
     left_out = 0
     for rec in records:
-        ov = variant_overrides(rec.get("overrides"), swept)
+        ov = variant_overrides(rec.overrides, swept)
         rest = {k: v for k, v in ov.items() if k not in keys}
         row = rows.setdefault(variant_key(rest), LadderRow(variant_key(rest), label_of(rest, exp["labels"]), rest))
-        status = str(rec.get("status") or "unknown")
+        status = str(rec.status or "unknown")
         row.counts[status] = row.counts.get(status, 0) + 1
         if status != "ok":
             continue
+        row.stopped_early += early_stops_of([rec]).steps
         inputs = ladder_inputs(rec)
         if not isinstance(inputs, tuple):
             if inputs is not None:
@@ -224,11 +227,12 @@ def build_ladder(records: list[dict], swept: set[str], baseline: str | None = No
         rows=list(rows.values()), rungs=rungs, rung_flops={r: mean(c) for r, c in rung_compute.items()},
         size_keys=keys, ladder=ladder, baseline=base.label, baseline_key=base.key, n_boot=n_boot,
         experiment=exp.get("name"), smoke=smoke_of(records), budget=budget_of(records),
-        wandb_group=first_value(records, lambda r: r["wandb"]["group"]),
-        wandb_project=first_value(records, lambda r: r["wandb"]["project"]),
+        early_stops=early_stops_of(records),
+        wandb_group=first_value(records, lambda r: r.wandb.group),
+        wandb_project=first_value(records, lambda r: r.wandb.project),
         n_records=len(records), n_left_out=left_out, tune=tune,
-        loss_source="metrics.val.loss" if all(isinstance(metric_of(r, "val"), dict) for r in records
-                                              if r.get("status") == "ok") else "metrics.val.loss / final_loss",
+        loss_source="metrics.val.loss" if all(r.metrics.val is not None for r in records if r.ok)
+        else "metrics.val.loss / final_loss",
     )
 
 

@@ -59,11 +59,11 @@ def _from_records(sweep_dir: Path) -> tuple[dict[str, Any], str | None]:
     from ablate.sweep import load_sweep_records
 
     for record in load_sweep_records(sweep_dir):
-        config = record.get("config") or {}
-        if isinstance(config.get("logger"), Mapping):
-            job = record.get("job") or {}
-            cfg = OmegaConf.create({"experiment": {"name": (config.get("experiment") or {}).get("name")}})
-            return dict(config["logger"]), sweep_group(cfg, job.get("sweep_dir") or str(sweep_dir))
+        logger, experiment = record.config.get("logger"), record.config.get("experiment")
+        if isinstance(logger, Mapping):
+            name = experiment.get("name") if isinstance(experiment, Mapping) else None
+            cfg = OmegaConf.create({"experiment": {"name": name}})
+            return dict(logger), sweep_group(cfg, record.job.sweep_dir or str(sweep_dir))
     return {}, None
 
 

@@ -197,7 +197,7 @@ def _x_axis(rows: list[Row]) -> str:
     """What the curves' x axis can be for every run: ``flops``, else ``tokens``, else ``step``."""
     entries = [h for r in rows for hist in r.histories for h in hist]
     for key in ("flops", "tokens", "step"):
-        if entries and len(finite(h.get(key) for h in entries)) == len(entries):
+        if entries and len(finite(getattr(h, key) for h in entries)) == len(entries):
             return key
     return "step"
 
@@ -208,8 +208,8 @@ def mean_curve(row: Row, x: str = "flops") -> tuple[list[float], list[float], li
     per_step: dict[int, list[tuple[float, float]]] = {}
     for hist in row.histories:
         for h in hist:
-            vals = finite([h.get(x), h.get("loss")])
-            step = h.get("step")
+            vals = finite([getattr(h, x), h.loss])
+            step = h.step
             if len(vals) == 2 and isinstance(step, (int, float)):
                 per_step.setdefault(int(step), []).append((vals[0], vals[1]))
     xs, ys, lo, hi = [], [], [], []
@@ -275,8 +275,8 @@ def curves_figure(table: SweepTable):
                     ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
             else:
                 sparse_counts.append(len(xs))
-                sparse_steps = max([sparse_steps, *(int(h["step"]) for hist in row.histories for h in hist
-                                                         if isinstance(h.get("step"), (int, float)))])
+                sparse_steps = max([sparse_steps, *(int(h.step) for hist in row.histories for h in hist
+                                                         if isinstance(h.step, (int, float)))])
                 spread = [[y - a for y, a in zip(ys, lo)], [b - y for y, b in zip(ys, hi)]] if n > 1 else None
                 ax.errorbar(xs, ys, yerr=spread, fmt="o", markersize=6, capsize=3, color=color,
                             label=label)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
 from ablate.report.layout import TableLayout
+from ablate.record import Record, WandbEntry
 from ablate.report.records import LoadedSweep
 from ablate.report.webpage import REPORT_FILE, to_html
 from ablate.results import write_text_atomic
@@ -55,7 +56,7 @@ def save_outputs(table: TableLayout, sweep_dir: str | Path) -> dict[str, Path]:
     return written
 
 
-def write_report(table: TableLayout, records: list[dict] | LoadedSweep | None, sweep_dir: str | Path,
+def write_report(table: TableLayout, records: list[Record] | LoadedSweep | None, sweep_dir: str | Path,
                  figures: dict[str, Any] | None = None, into: str | Path | None = None) -> Path:
     """Write ``report.html`` into ``sweep_dir`` (atomically) and return its path. ``figures``: the
     paths ``save_outputs`` just wrote (its PNGs are embedded); None draws them afresh, in a
@@ -87,7 +88,7 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def publish(table: TableLayout, records: list[dict], sweep_dir: str | Path, *, save: bool = True,
+def publish(table: TableLayout, records: list[Record], sweep_dir: str | Path, *, save: bool = True,
             html: bool = True, wandb: bool = False, loggers: bool | None = None) -> Published:
     """A sweep's end (and ``ablate-table --save --html --wandb``): each artefact on its own (the
     table files and each figure, ``report.html``, the wandb table run, the table in the sweep's
@@ -183,11 +184,12 @@ def _log_table_run(table: TableLayout, sweep_dir: str | Path, outputs: dict[str,
     group = table.wandb_group or Path(sweep_dir).resolve().name
     run_id = table_run_id(sweep_dir, group)
     records = table.sweep.records if table.sweep is not None else load_sweep_records(sweep_dir)
-    jobs = [r["wandb"] for r in records if isinstance(r.get("wandb"), dict) and r["wandb"].get("id")]
-    logger = ((records[0].get("config") or {}).get("logger") or {}) if records else {}
+    jobs = [r.wandb for r in records if r.wandb is not None and r.wandb.id]
+    logger = records[0].config.get("logger") if records else None
+    logger = logger if isinstance(logger, Mapping) else {}
     config = {"baseline": table.baseline, "baseline_key": table.baseline_key, "experiment": table.experiment,
               "sweep_dir": str(Path(sweep_dir).resolve()), "smoke": bool(table.smoke),
-              "rows": [r.key for r in table.rows], "layout": table.layout, "job_runs": [j["id"] for j in jobs]}
+              "rows": [r.key for r in table.rows], "layout": table.layout, "job_runs": [j.id for j in jobs]}
     config.update(table.wandb_config())
     try:
         import wandb
@@ -228,7 +230,7 @@ def _log_table_run(table: TableLayout, sweep_dir: str | Path, outputs: dict[str,
 
 
 def log_table_artifact(run: Any, table: TableLayout, group: str, sweep_dir: str | Path,
-                       outputs: Mapping[str, str | Path], jobs: list[dict[str, Any]]) -> None:
+                       outputs: Mapping[str, str | Path], jobs: list[WandbEntry]) -> None:
     """The table's files (``outputs``) and ``sweep.json`` as a new version of ``table-<group>``
     (type ``ablation-table``; wandb keeps one version per distinct content), its metadata naming the
     job runs it summarises. Lineage: each job run logged its record as ``record-<run id>``
@@ -243,9 +245,9 @@ def log_table_artifact(run: Any, table: TableLayout, group: str, sweep_dir: str 
     if not run.offline:
         for job in jobs:
             try:
-                run.use_artifact(f"record-{job['id']}:latest")
+                run.use_artifact(f"record-{job.id}:latest")
             except Exception:  # noqa: BLE001 - a job run not synced yet: its record is not on the server
                 pass
     log_files(run, f"table-{group}", "ablation-table", files, {
         "sweep_dir": str(Path(sweep_dir).resolve()), "caption": table.caption(), "n_runs": table.n_records,
-        "job_runs": [{"id": j["id"], "name": j.get("name"), "project": j.get("project")} for j in jobs]})
+        "job_runs": [{"id": j.id, "name": j.name, "project": j.project} for j in jobs]})

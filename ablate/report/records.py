@@ -1,4 +1,4 @@
-"""The inputs of a table: a sweep's records (``ablate.results``), its plan (``sweep.json``) and its
+"""The inputs of a table: a sweep's records (``ablate.record.load_records``), its plan (``sweep.json``) and its
 ``bench.json``, read once into a ``LoadedSweep`` (``load_sweep``) that the table, the page, the
 figures and the DataFrames all take from there."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate.report.stats import finite
-from ablate.results import load_records, sort_records
+from ablate.record import Record, load_records, sort_records
 from ablate.sweep import (SweepPlan, read_sweep, records_swept_keys, split_override_string, variant_key,
                           varying_keys)
 
@@ -26,7 +26,7 @@ class LoadedSweep:
     None without one) and its ``bench.json`` (None without one). Pass it along instead of a path:
     ``build_table``, ``to_html``, the figures and ``load`` read nothing again."""
 
-    records: list[dict]
+    records: list[Record]
     plan: SweepPlan | None = None
     bench: dict | None = None
     sweep_dir: Path | None = None
@@ -45,14 +45,14 @@ def load_sweep(sweep_dir: str | Path) -> LoadedSweep:
     return LoadedSweep(records, plan, load_bench(sweep_dir), Path(sweep_dir))
 
 
-def sweep_of_records(records: list[dict]) -> LoadedSweep:
+def sweep_of_records(records: list[Record]) -> LoadedSweep:
     """Records given in Python (``load_records``, or made by hand) as a ``LoadedSweep``: the plan of
     their one sweep directory (the one above each job directory) and the ``bench.json`` of the one
     directory they were loaded from, when they have one."""
-    job_parents = {str(Path(r["_path"]).parent.parent) if r.get("_path") else None for r in records}
+    job_parents = {str(Path(r.path).parent.parent) if r.path else None for r in records}
     one = len(job_parents) == 1 and None not in job_parents
     plan = SweepPlan.read(job_parents.pop()) if one else None
-    searched = {r.get("_sweep_dir") for r in records}
+    searched = {r.sweep_dir for r in records}
     sweep_dir = Path(searched.pop()) if len(searched) == 1 and None not in searched else None
     # records of several sweeps put together in Python: the keys any of their plans swept
     swept = None if one else records_swept_keys(records)

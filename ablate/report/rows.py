@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ablate.report.record_fields import history_of, metric_of, seed_of, task_of
+from ablate.record import CurvePoint, Record
+from ablate.report.record_fields import early_stops_of, history_of, seed_of, task_of
 from ablate.report.stats import Comparison, finite, mark, mean, std
 from ablate.sweep import split_override_string, variant_key
 
@@ -64,7 +65,9 @@ class Row:
     flops_ratio: float | None = None
     early_loss: float | None = None            # validation loss at 25% of training
     final_loss: float | None = None            # validation loss at the end
-    histories: list[list[dict]] = field(default_factory=list)  # ok runs' metrics.history
+    histories: list[list[CurvePoint]] = field(default_factory=list)  # ok runs' metrics.history
+    # ok runs an EarlyStopping callback ended before max_steps (metrics.early_stopped): each one's step
+    stopped_early: list[int | None] = field(default_factory=list)
     # tuned sweeps
     lr: float | None = None                    # the chosen lr (its rows' runs trained at it)
     delta_default_lr: float | None = None      # Δ to the baseline at the shared default lr
@@ -84,8 +87,12 @@ class Row:
 
     @property
     def status(self) -> str:
+        """The run counts by status (``3 ok, 1 diverged``); ok runs an EarlyStopping ended before
+        max_steps are named: ``3 ok (2 stopped early)``."""
         order = [s for s in STATUSES if self.counts.get(s)] + sorted(set(self.counts) - set(STATUSES))
-        return ", ".join(f"{self.counts[s]} {s}" for s in order) or "no runs"
+        early = len(getattr(self, "stopped_early", None) or [])
+        return ", ".join(f"{self.counts[s]} {s}" + (f" ({early} stopped early)" if s == "ok" and early else "")
+                         for s in order) or "no runs"
 
     @property
     def mark(self) -> str:
@@ -118,42 +125,44 @@ def label_of(ov: dict[str, str], labels: dict[str, str]) -> str:
     return " ".join(str(labels.get(p, p)) for p in pairs)
 
 
-def accuracy_by_seed(runs: list[dict]) -> dict[Any, float]:
+def accuracy_by_seed(runs: list[Record]) -> dict[Any, float]:
     """``{seed: accuracy}`` of the ok runs with a finite accuracy (a seed's runs averaged)."""
     seen: dict[Any, list[float]] = {}
     for r in runs:
-        acc = finite([metric_of(r, "accuracy")])
+        acc = finite([r.metrics.accuracy])
         seed = seed_of(r)
         if acc and seed is not None:
             seen.setdefault(seed, []).append(acc[0])
     return {s: sum(v) / len(v) for s, v in seen.items()}
 
 
-def variant_row(key: str, ov: dict[str, str], runs: list[dict], labels: dict, lengths: list[int]) -> Row:
+def variant_row(key: str, ov: dict[str, str], runs: list[Record], labels: dict, lengths: list[int]) -> Row:
     """A variant's runs summarised."""
-    ok = [r for r in runs if r.get("status") == "ok"]
+    ok = [r for r in runs if r.ok]
     row = Row(key=key, label=label_of(ov, labels), overrides=ov,
-              counts=dict(Counter(str(r.get("status") or "unknown") for r in runs)))
-    row.accuracies = finite(metric_of(r, "accuracy") for r in ok)
+              counts=dict(Counter(str(r.status or "unknown") for r in runs)))
+    okm = [r.metrics for r in ok]
+    row.accuracies = finite(m.accuracy for m in okm)
     row.by_seed = accuracy_by_seed(ok)
-    named = [str(m) for m in (metric_of(r, "metric") for r in (ok or runs)) if m]
+    named = [str(r.metrics.metric) for r in (ok or runs) if r.metrics.metric]
     row.metric = " / ".join(dict.fromkeys(named)) or None
     row.tasks = list(dict.fromkeys(t for t in map(task_of, runs) if t))
     row.accuracy_mean, row.accuracy_std = mean(row.accuracies), std(row.accuracies)
-    row.loss_mean = mean(finite(metric_of(r, "loss") for r in ok))
-    row.tokens_per_s = mean(finite(metric_of(r, "tokens_per_s") for r in ok))
-    row.memory_bytes = mean(finite(metric_of(r, "peak_memory_bytes") for r in ok))
-    params = finite(metric_of(r, "params") for r in ok) or finite(metric_of(r, "params") for r in runs)
+    row.loss_mean = mean(finite(m.loss for m in okm))
+    row.tokens_per_s = mean(finite(m.tokens_per_s for m in okm))
+    row.memory_bytes = mean(finite(m.peak_memory_bytes for m in okm))
+    params = finite(m.params for m in okm) or finite(r.metrics.params for r in runs)
     row.params = round(mean(params)) if params else None
     for L in lengths:
-        accs = finite(((metric_of(r, "eval") or {}).get(str(L)) or {}).get("accuracy") for r in ok)
+        accs = finite(m.eval[str(L)].accuracy for m in okm if m.eval.get(str(L)) is not None)
         row.eval[L] = (mean(accs), std(accs))
-    row.steps = mean(finite(metric_of(r, "steps") for r in ok))
-    row.flops_per_token = mean(finite(metric_of(r, "flops_per_token") for r in ok))
-    row.train_flops = mean(finite(metric_of(r, "train_flops") for r in ok))
-    row.early_loss = mean(finite(metric_of(r, "early_loss") for r in ok))
-    row.final_loss = mean(finite(metric_of(r, "final_loss") for r in ok))
+    row.steps = mean(finite(m.steps for m in okm))
+    row.flops_per_token = mean(finite(m.flops_per_token for m in okm))
+    row.train_flops = mean(finite(m.train_flops for m in okm))
+    row.early_loss = mean(finite(m.early_loss for m in okm))
+    row.final_loss = mean(finite(m.final_loss for m in okm))
     row.histories = [h for h in map(history_of, ok) if h]
+    row.stopped_early = early_stops_of(ok).steps
     return row
 
 

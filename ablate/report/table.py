@@ -36,8 +36,10 @@ from typing import Any, Iterable
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
-from ablate.report.record_fields import (beyond_lengths, budget_of, early_fraction_of, experiment_of, first_value,
-                                         metric_of, sharing_of, smoke_of, train_length)
+from ablate.record import Record
+from ablate.report.record_fields import (EarlyStops, SweepBudget, beyond_lengths, budget_of, early_fraction_of,
+                                         early_stops_of, experiment_of, first_value, sharing_of, smoke_of,
+                                         train_length)
 from ablate.report.records import LoadedSweep, bench_speeds, sweep_of_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
@@ -80,9 +82,10 @@ class SweepTable(CaptionText):
     columns_key: str | None = None     # pivoted: the swept key whose values are the columns
     column_values: list[str] = field(default_factory=list)
     column_labels: dict[str, str] = field(default_factory=dict)
-    budget: dict[str, Any] | None = None         # record["budget"] of the runs (what was matched)
+    budget: SweepBudget | None = None            # record.budget of the runs (what was matched)
     tune: Tuning | None = None                    # sweep.json's tune block, for a tuned sweep
     early_fraction: float | None = 0.25           # eval.early_fraction of the runs (None: they differ)
+    early_stops: EarlyStops = field(default_factory=EarlyStops)  # ok runs an EarlyStopping ended early
     baseline_shown: bool = True                  # False when the rows chosen leave the baseline out
     sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)  # what it was built from
     layout: str = "flat"
@@ -176,7 +179,7 @@ class SweepTable(CaptionText):
         return RunPlace(key, labels.get(key, key), self.column_label(column) if column else "")
 
 
-def build_table(records: list[dict] | LoadedSweep, baseline: str | None = None, bench: dict | None = None,
+def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None, bench: dict | None = None,
                 test: str = "paired", columns: str | None = None,
                 rows: str | Iterable[str] | None = None, ladder: str = "auto",
                 n_boot: int = N_BOOT) -> TableLayout:
@@ -250,14 +253,14 @@ def build_table(records: list[dict] | LoadedSweep, baseline: str | None = None, 
         rows=shown, baseline=base_label, baseline_key=base.key, metric=_table_metric(flat, records),
         speed_source=speed_source, speed_note=speed_note, eval_lengths=lengths, train_length=train_len,
         beyond_lengths=beyond, experiment=exp.get("name"),
-        memory_source=first_value(records, lambda r: r["metrics"]["memory_source"]),
-        bench_rounds=rounds, wandb_group=first_value(records, lambda r: r["wandb"]["group"]),
-        wandb_project=first_value(records, lambda r: r["wandb"]["project"]), n_records=n_records,
+        memory_source=first_value(records, lambda r: r.metrics.memory_source),
+        bench_rounds=rounds, wandb_group=first_value(records, lambda r: r.wandb.group),
+        wandb_project=first_value(records, lambda r: r.wandb.project), n_records=n_records,
         smoke=smoke_of(records), sharing=sharing_of(records), test=test, n_comparisons=n_comparisons,
         columns_key=col_key, column_values=values,
         column_labels={v: label_of({col_key: v}, exp["labels"]) for v in values} if col_key else {},
-        budget=budget_of(records), tune=tune, early_fraction=early_fraction_of(records), baseline_shown=any(r.is_baseline for r in shown),
-        sweep=sweep,
+        budget=budget_of(records), tune=tune, early_fraction=early_fraction_of(records),
+        early_stops=early_stops_of(records), baseline_shown=any(r.is_baseline for r in shown), sweep=sweep,
     )
 
 
@@ -265,9 +268,9 @@ def build_table(records: list[dict] | LoadedSweep, baseline: str | None = None, 
 # The inputs
 # ---------------------------------------------------------------------------------------------
 
-def _warn_if_several_groups(records: list[dict]) -> None:
+def _warn_if_several_groups(records: list[Record]) -> None:
     """Records of several wandb groups are likely several sweeps mixed in one table."""
-    groups = {(r.get("wandb") or {}).get("group") for r in records} - {None}
+    groups = {r.wandb.group for r in records if r.wandb is not None} - {None}
     if len(groups) > 1:
         warnings.warn(f"records come from several wandb groups ({', '.join(sorted(groups))}): "
                       "is PATH one sweep?", stacklevel=3)
@@ -279,10 +282,10 @@ def _tuning(sweep: LoadedSweep) -> Tuning | None:
     return tune if tune is not None and tune.lr else None
 
 
-def _lengths(records: list[dict]) -> tuple[list[int], int | None, list[int] | None]:
+def _lengths(records: list[Record]) -> tuple[list[int], int | None, list[int] | None]:
     """The evaluated lengths (the training length first, when the runs share one), that training
     length, and for runs trained at several lengths the lengths beyond their own (else None)."""
-    lengths = sorted({int(L) for r in records for L in (metric_of(r, "eval") or {}) if str(L).isdigit()})
+    lengths = sorted({int(L) for r in records for L in r.metrics.eval if str(L).isdigit()})
     beyond = beyond_lengths(records)
     train_len = train_length(records, lengths) if beyond is None else None  # several: none heads the table
     if train_len is not None:
@@ -294,7 +297,7 @@ def _lengths(records: list[dict]) -> tuple[list[int], int | None, list[int] | No
 # The rows
 # ---------------------------------------------------------------------------------------------
 
-def _variant_rows(records: list[dict], swept: set[str], labels: dict, lengths: list[int]) -> list[Row]:
+def _variant_rows(records: list[Record], swept: set[str], labels: dict, lengths: list[int]) -> list[Row]:
     """One row per variant, in sweep order, summarising its runs."""
     by_key = group_by_variant(records, swept)
     return [variant_row(key, ov, by_key[key], labels, lengths) for key, ov in variants(records, swept).items()]
@@ -331,6 +334,7 @@ def _pivot(flat: list[Row], key: str, labels: dict) -> list[Row]:
         row.cells[cell.column] = cell
         for status, n in cell.counts.items():
             row.counts[status] = row.counts.get(status, 0) + n
+        row.stopped_early += cell.stopped_early
         row.tasks += [t for t in cell.tasks if t not in row.tasks]
         if cell.metric:
             row.metric = " / ".join(m for m in dict.fromkeys([*(row.metric or "").split(" / "), cell.metric]) if m)
@@ -346,10 +350,10 @@ def _wanted_rows(given: str | Iterable[str] | None, default: Any, shown: list[Ro
     return wanted
 
 
-def _table_metric(flat: list[Row], records: list[dict]) -> str:
+def _table_metric(flat: list[Row], records: list[Record]) -> str:
     """What "accuracy" means in this table: the rows' metrics, else the records', else accuracy."""
     row_metrics = list(dict.fromkeys(r.metric for r in flat if r.metric))
-    return " / ".join(row_metrics) or str(first_value(records, lambda r: r["metrics"]["metric"]) or "accuracy")
+    return " / ".join(row_metrics) or str(first_value(records, lambda r: r.metrics.metric) or "accuracy")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ablate.report.record_fields import lr_of, metric_of, seed_of
+from ablate.record import Record
+from ablate.report.record_fields import lr_of, seed_of
 from ablate.report.rows import Row, accuracy_by_seed
 from ablate.report.stats import finite
 from ablate.sweep import Tuning, group_by_variant, job_variant
 
 
-def final_runs(records: list[dict], swept: set[str], tune: Tuning | None) -> tuple[list[dict], list[dict]]:
+def final_runs(records: list[Record], swept: set[str], tune: Tuning | None) -> tuple[list[Record], list[Record]]:
     """The runs the rows summarise, and a tuned sweep's runs at the shared default lr (for its
     second Δ). Untuned: every record, and none at the default lr."""
     if tune is None:
@@ -29,7 +30,7 @@ def final_runs(records: list[dict], swept: set[str], tune: Tuning | None) -> tup
     return final, at_default
 
 
-def _chosen_lr_runs(records: list[dict], swept: set[str], tune: Tuning) -> tuple[list[dict], list[dict]]:
+def _chosen_lr_runs(records: list[Record], swept: set[str], tune: Tuning) -> tuple[list[Record], list[Record]]:
     """A tuned sweep's records -> (the final runs: each variant's at its chosen lr and the sweep's
     seeds; the runs at the shared default lr and the tuning seeds)."""
     chosen, default = tune.chosen, tune.default_lr
@@ -38,7 +39,7 @@ def _chosen_lr_runs(records: list[dict], swept: set[str], tune: Tuning) -> tuple
     final, at_default = [], []
     for r in records:
         lr, seed = lr_of(r), seed_of(r)
-        key = job_variant(r.get("overrides"), swept)
+        key = job_variant(r.overrides, swept)
         if key in chosen:
             if _same_lr(lr, chosen[key]) and (not isinstance(final_seeds, list) or seed in final_seeds):
                 final.append(r)
@@ -56,16 +57,16 @@ def _same_lr(a: float | None, b: Any) -> bool:
         return False
 
 
-def add_default_lr_runs(flat: list[Row], at_default: list[dict], swept: set[str], tune: Tuning) -> None:
+def add_default_lr_runs(flat: list[Row], at_default: list[Record], swept: set[str], tune: Tuning) -> None:
     """A tuned sweep's rows: each one's chosen lr (None until chosen) and its ok runs' accuracies
     at the shared default lr, which the second Δ compares."""
     chosen = tune.chosen
     default_runs = group_by_variant(at_default, swept) if at_default else {}
     for row in flat:
-        ok = [r for r in default_runs.get(row.key, []) if r.get("status") == "ok"]
+        ok = [r for r in default_runs.get(row.key, []) if r.ok]
         row.lr = float(chosen[row.key]) if row.key in chosen else None
         row.by_seed_default = accuracy_by_seed(ok)
-        row.accuracies_default = finite(metric_of(r, "accuracy") for r in ok)
+        row.accuracies_default = finite(r.metrics.accuracy for r in ok)
 
 
 def lr_transfer(tune: Tuning | None, size_keys: tuple[str, ...]) -> list[tuple[str, list[tuple[str, float]], int]]:

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ablate.record import Record, sort_records
 from ablate.report.formats import DASH, columns, csv_columns, csv_rows, title
 from ablate.report.frames import run_places, run_rows
 from ablate.report.layout import TableLayout
+from ablate.report.record_fields import stopped_early
 from ablate.report.records import LoadedSweep
-from ablate.results import sort_records
 
 REPORT_FILE = "report.html"
 
@@ -171,17 +172,19 @@ def _number_cell(value: Any, fmt: str, scale: float = 1.0) -> str:
     return _cell(DASH, sort="")
 
 
-def runs_table(records: list[dict], table: TableLayout, sweep_dir: Path) -> str:
+def runs_table(records: list[Record], table: TableLayout, sweep_dir: Path) -> str:
     """One row per run: its variant, seed, status, error, figures and links to its files."""
     heads = ["job", "variant", "seed", "status", "accuracy (%)", "loss", "steps", "wall time (s)", "error",
              "directory", "record", "wandb"]
     body = []
-    for run, (_, place) in zip(run_rows(records, table), run_places(records, table)):
+    for record, run, (_, place) in zip(records, run_rows(records, table), run_places(records, table)):
         status = str(run.get("status") or "?")
+        stop = stopped_early(record)
+        shown = f"{status} (stopped early at step {stop.get('step', '?')})" if stop is not None else status
         # a ladder's rung or a pivot's column beside the row's label: the row alone does not name the run
         label = f"{place.label} · {place.column}" if place.column else place.label
         cells = [_cell(escape(_raw(run["job"]))), _cell(escape(label), left=True), _cell(escape(_raw(run["seed"]))),
-                 _cell(escape(status), left=True, css=f"status-{status}"),
+                 _cell(escape(shown), left=True, css=f"status-{status}"),
                  _number_cell(run.get("accuracy"), ".1f", 100), _number_cell(run.get("loss"), ".3f"),
                  _number_cell(run.get("steps"), ".0f"), _number_cell(run.get("wall_time_s"), ".1f"),
                  _cell(escape(str(run["error"])) if run.get("error") else "", css="error"),
@@ -224,7 +227,7 @@ def statistics_html(table: TableLayout) -> str:
                   if terms else "")
 
 
-def to_html(table: TableLayout, records: list[dict] | LoadedSweep | None, sweep_dir: str | Path,
+def to_html(table: TableLayout, records: list[Record] | LoadedSweep | None, sweep_dir: str | Path,
             figures: dict[str, Path]) -> str:
     """The page (see the module's docstring) of any layout; ``records``: the sweep's (a
     ``LoadedSweep``, or None for the one the table was built from); ``figures``: name -> PNG file,
@@ -235,7 +238,7 @@ def to_html(table: TableLayout, records: list[dict] | LoadedSweep | None, sweep_
     records = sort_records(records.records if isinstance(records, LoadedSweep) else records)
     counts: dict[str, int] = {}
     for r in records:
-        counts[str(r.get("status"))] = counts.get(str(r.get("status")), 0) + 1
+        counts[str(r.status)] = counts.get(str(r.status), 0) + 1
     runs = ", ".join(f"{n} {status}" for status, n in counts.items())
     name = escape(title(table))
     return f"""<!DOCTYPE html>
