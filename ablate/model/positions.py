@@ -28,8 +28,9 @@ per-layer ones (``rotate``, ``score_bias``), per token; a subclass that override
 its count is measured on the meta device instead. ``check`` verifies the contract before training, on the meta device.
 Tensors derived from the sequence length only are cached per (length, device, dtype).
 
-Why one module over ~450 lines: one concern per file (nanoGPT-style), and this concern has nine
-variants; each is a short class with its paper's equation, and they share the ``Position`` contract and ``check``.
+Why one module over ~450 lines: it is one idea in nine short variants, each its paper's equation
+under the one ``Position`` contract and ``check``, kept together so a reader compares their math side
+by side (and every ``pos_enc`` option's ``_target_`` stays ``ablate.model.positions.<Class>``).
 """
 
 from __future__ import annotations
