@@ -96,9 +96,9 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
 def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
     """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
     groups = group_by_variant(load_sweep_records(Path(sweep_dir)))
-    configs = {key: OmegaConf.create(runs[0]["config"]) for key, runs in groups.items()}
-    baseline = next((r["experiment"]["baseline"] for runs in groups.values() for r in runs
-                     if (r.get("experiment") or {}).get("baseline")), None)
+    configs = {key: OmegaConf.create(runs[0].config) for key, runs in groups.items()}
+    baseline = next((r.experiment["baseline"] for runs in groups.values() for r in runs
+                     if r.experiment.get("baseline")), None)
     result = interleaved(configs, rounds=rounds)
     result["baseline"] = baseline
     result["round_spread"] = round_spread(result, baseline)

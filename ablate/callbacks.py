@@ -26,6 +26,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from ablate.launchers import sweeper_kind, sweeper_refusal
+from ablate.record import Record
 from ablate.loggers import uses_wandb
 
 
@@ -89,7 +90,7 @@ class SweepCallbacks(Callback):
             print(f"[ablate] {len(elsewhere)} job(s) of this sweep are being trained by another process, not here: "
                   f"{', '.join(elsewhere)}; their records appear when they end (ablate-table {sweep_dir})")
         problems: list[str] = []
-        records: list[dict[str, Any]] = []
+        records: list[Record] = []
         table = None
         with warnings.catch_warnings(record=True) as notes:  # one plain line each, not Python's warning format
             warnings.simplefilter("default")
@@ -111,10 +112,10 @@ class SweepCallbacks(Callback):
                 print(f"[ablate] table saved: {', '.join(str(p) for p in done.written.values())}")
             problems += done.problems
         self._say_wall_time(records)
-        failed = [r for r in records if r.get("status") == "failed"]
+        failed = [r for r in records if r.status == "failed"]
         if failed:
             print(f"ablate: {len(failed)} job(s) failed: "
-                  + "; ".join(f"{r['job']['dir']}: {r['error']}" for r in failed), file=sys.stderr)
+                  + "; ".join(f"{r.job.dir}: {r.error}" for r in failed), file=sys.stderr)
         if problems:
             print(f"ablate: the sweep's end could not write {'; '.join(problems)}. The records are in {sweep_dir}; "
                   f"this redoes the end alone: {redo_command(sweep_dir, wandb)}", file=sys.stderr)
@@ -122,7 +123,7 @@ class SweepCallbacks(Callback):
             sys.exit(1)
 
     @staticmethod
-    def _remember_step_times(records: list[dict[str, Any]]) -> None:
+    def _remember_step_times(records: list[Record]) -> None:
         """Advisory: a cache that cannot be written costs later estimates only, never the sweep's end."""
         from ablate.preview import record_samples
         from ablate.timing import remember
@@ -133,7 +134,7 @@ class SweepCallbacks(Callback):
             print(f"[ablate] note: this sweep's step times were not kept for later estimates "
                   f"({type(error).__name__}: {error})")
 
-    def _say_wall_time(self, records: list[dict[str, Any]]) -> None:
+    def _say_wall_time(self, records: list[Record]) -> None:
         from collections import Counter
 
         from ablate.console import duration_text
@@ -141,6 +142,6 @@ class SweepCallbacks(Callback):
         started = getattr(self, "_started", None)
         if started is None:
             return
-        counts = Counter(str(r.get("status")) for r in records)
+        counts = Counter(r.status for r in records)
         print(f"[ablate] the sweep took {duration_text(time.monotonic() - started)}"
               + (f" ({', '.join(f'{n} {status}' for status, n in counts.items())})" if counts else ""))

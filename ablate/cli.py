@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import hydra
@@ -59,12 +60,12 @@ def _main(cfg: DictConfig) -> Any:
         sys.exit(2)
     finally:
         job.release()  # its record is written: the next job may start while this process exits
-    if record["job"]["num"] is None and record["status"] == "running":
+    if record.job.num is None and record.status == "running":
         print(f"ablate: {job.dir} is being trained by another process; nothing was done here", file=sys.stderr)
         sys.exit(2)
-    if record["status"] == "failed" and record["job"]["num"] is None:
+    if record.status == "failed" and record.job.num is None:
         sys.exit(1)  # a single run that failed; in a sweep the others go on (the sweep exits 1 at the end)
-    return optimized_value(record["metrics"], str(cfg.optimized_metric))  # what a sweeper optimises
+    return optimized_value(asdict(record.metrics), str(cfg.optimized_metric))  # what a sweeper optimises
 
 
 def _config_dirs(argv: list[str]) -> list[str]:

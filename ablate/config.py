@@ -28,9 +28,8 @@ from ablate.components import (ComponentError, Context, call_problems, import_ta
                                merge_problems, own_problems, qualname, resolve, settings_problems, target_path,
                                type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
-# apply_smoke re-exported for ablate.run and ablate.planner, which import it from here
 from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
-                             LoggerSettings, Seed, TuneSettings, apply_smoke)  # noqa: F401
+                             LoggerSettings, Seed, TuneSettings)
 
 #: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
 #: components in build order, then the run's; ``ablate --list`` shows them in this order

@@ -8,35 +8,38 @@ sweep's end (``ablate.callbacks``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from ablate.record import RESULT_FILE, Record
 
 
-def print_job_line(record: dict[str, Any], name: str) -> None:
+def print_job_line(record: Record, name: str) -> None:
     """The job's line on the terminal as it ends (:func:`job_line`). A stopped job prints none: the
     command or the sweep says in one line that it stopped and how to resume."""
     from rich.console import Console
 
-    if record["status"] != "interrupted":
+    if record.status != "interrupted":
         Console(highlight=False, soft_wrap=True).print(job_line(record, name))
 
 
-def job_line(record: dict[str, Any], name: str) -> str:
+def job_line(record: Record, name: str) -> str:
     """One line (Rich markup) for a finished job: its name, status and headline metric (or error),
     speed, memory, size, how long it took and where its record is. What a job prints as it ends,
     and what a sweep prints for a job whose output goes to a log file (``ablate.sweeper``)."""
     from rich.markup import escape
 
-    m, status = record.get("metrics") or {}, record.get("status")
-    took = [duration_text(m["wall_time_s"])] if isinstance(m.get("wall_time_s"), (int, float)) else []
+    m, status = record.metrics, record.status
+    took = [duration_text(m.wall_time_s)] if m.wall_time_s is not None else []
     if status != "ok":
-        return (f"[bold red]{escape(name)}: {escape(str(status))}[/] - {escape(str(record.get('error')))}"
+        return (f"[bold red]{escape(name)}: {escape(str(status))}[/] - {escape(str(record.error))}"
                 + "".join(f"  ({t})" for t in took))
-    parts = ["ok"] + [f"{m['metric']}@{length} {e['accuracy']:.4f}" for length, e in m["eval"].items()]
-    parts += [f"loss {m['loss']:.4f}", f"{m['tokens_per_s']:,.0f} tokens/s"]
-    if "peak_memory_bytes" in m:
-        parts.append(f"peak memory {m['peak_memory_bytes'] / 2**20:.2f} MiB")
-    parts += [f"params {m['params']:,}", *took]
-    where = Path((record.get("job") or {}).get("dir") or ".") / "result.json"
+    parts = ["ok"] + [f"{m.metric}@{length} {e.accuracy:.4f}" for length, e in m.eval.items()]
+    parts += [f"loss {m.loss:.4f}", f"{m.tokens_per_s:,.0f} tokens/s"]
+    if m.peak_memory_bytes is not None:
+        parts.append(f"peak memory {m.peak_memory_bytes / 2**20:.2f} MiB")
+    parts += [f"params {m.params:,}", *took]
+    if m.early_stopped:
+        parts.append(f"stopped early at step {m.early_stopped.get('step')}")
+    where = Path(record.job.dir or ".") / RESULT_FILE
     return f"[bold green]{escape(name)}[/]: {escape('  '.join(parts))}  ({escape(str(where))})"
 
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from ablate.config import CONFIG_GROUPS
 from ablate.launchers import launcher_kind, sweeper_kind
+from ablate.record import JobEntry
 from ablate.sweep import SweepPlan, job_variant, override_key
 
 #: the lock file in a job directory, held by the process training the job (its pid, then its parent's)
@@ -197,11 +198,11 @@ class Job:
             self._lock = None
         self.release_slot()
 
-    def record_fields(self) -> dict[str, Any]:
+    def record_fields(self) -> JobEntry:
         """The record's ``job`` entry: where and how this job ran."""
-        return {"num": self.num, "dir": str(self.dir), "sweep_dir": self.sweep_dir, "launcher": self.launcher,
-                "started_at": self.started_at, "slot_wait_s": round(self.slot_wait_s, 3),
-                "process_started_at": self.process_started_at, "slurm": slurm_fields()}
+        return JobEntry(num=self.num, dir=str(self.dir), sweep_dir=self.sweep_dir, launcher=self.launcher,
+                        started_at=self.started_at, slot_wait_s=round(self.slot_wait_s, 3),
+                        process_started_at=self.process_started_at, slurm=slurm_fields())
 
     @property
     def name(self) -> str:

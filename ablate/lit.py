@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ablate.record import CurvePoint
 from ablate.stops import Preempted  # a stop during set-up, before Lightning loads, raises it too
 from ablate.measure import count_input_tokens, summarize_times, synchronize
 from ablate.optim import make_optimizer, warmup_cosine
@@ -177,33 +179,34 @@ class LearningCurve(pl.Callback):
     step; ``on_point`` (if given) sees each as well."""
 
     def __init__(self, batches: Sequence[tuple[Tensor, Tensor]], steps: Sequence[int], tokens_per_step: int,
-                 flops_per_token: float, on_point: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 flops_per_token: float, on_point: Callable[[CurvePoint], None] | None = None) -> None:
         self.batches, self.steps = list(batches), set(steps)
         self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
         self.on_point = on_point
-        self.history: list[dict[str, Any]] = []
+        self.history: list[CurvePoint] = []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": list(self.history)}
+        return {"history": [asdict(point) for point in self.history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.history[:] = state.get("history", [])  # in place: the record holds this list
+        self.history[:] = [CurvePoint(**point) for point in state.get("history", [])]  # in place: the record holds this list
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        if step not in self.steps or (self.history and self.history[-1]["step"] == step):
+        if step not in self.steps or (self.history and self.history[-1].step == step):
             return
         result = pl_module.evaluate(self.batches)
         tokens = step * self.tokens_per_step * trainer.world_size
-        point = {"step": step, "tokens": tokens, "flops": tokens * self.flops_per_token,
-                 "loss": result["loss"], "accuracy": result["accuracy"]}
+        point = CurvePoint(step=step, tokens=tokens, flops=tokens * self.flops_per_token, loss=result["loss"],
+                           accuracy=result["accuracy"])
         self.history.append(point)
         for logger in trainer.loggers:  # every logger of the run (logger=[wandb,tensorboard]), not the first only
-            logger.log_metrics({f"val/{k}": v for k, v in point.items() if k != "step"}, step=step)
+            logger.log_metrics({f"val/{k}": v for k, v in asdict(point).items() if k != "step"}, step=step)
         # what a Lightning validation would leave: val/* in callback_metrics, then the callbacks that
         # watch them (EarlyStopping, ModelCheckpoint) check, as at a validation's end
-        trainer.callback_metrics.update({f"val/{k}": torch.tensor(float(point[k])) for k in ("loss", "accuracy")})
+        trainer.callback_metrics.update({"val/loss": torch.tensor(float(point.loss)),
+                                         "val/accuracy": torch.tensor(float(point.accuracy))})
         check_monitors(trainer, pl_module)
         if self.on_point is not None:
             self.on_point(point)

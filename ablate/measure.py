@@ -15,7 +15,7 @@ Utilisation
 
 Memory
     Peak training memory by category is ``ablate.memory``'s (:func:`measure_training_memory`,
-    :func:`cuda_peak_memory`; re-exported here for the callers that import it from here).
+    :func:`cuda_peak_memory`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import torch
 from torch import Tensor
 
 from ablate.components import NonNegativeInt, PositiveFloat
-from ablate.memory import cuda_peak_memory, measure_training_memory  # re-exported: ablate.train imports it from here
 
 __all__ = [
     "MeasureSettings",
@@ -39,8 +38,6 @@ __all__ = [
     "summarize_times",
     "time_call",
     "synchronize",
-    "measure_training_memory",
-    "cuda_peak_memory",
     "PEAK_FLOPS",
     "peak_flops",
     "utilisation",

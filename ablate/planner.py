@@ -29,8 +29,10 @@ from typing import Callable, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config import apply_smoke, config_problems
+from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
+from ablate.settings import apply_smoke
+from ablate.record import Record
 from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
                           job_variant, override_key, same_jobs, split_override_string, swept_keys)
 
@@ -287,13 +289,16 @@ class Planner:
             base_job = [o for o in job if override_key(o) not in base_values]
             base_job += [f"{k}={v}" for k, v in base_values.items() if v is not None]
             own, base = self.cost(job), self.cost(base_job)
-            base_total = base["max_steps"] * base["tokens_per_step"] * (base["flops_per_token"] if match == "flops" else 1)
+            base_tokens = base["max_steps"] * base["tokens_per_step"]
+            base_total = base_tokens * (base["flops_per_token"] if match == "flops" else 1)
             per_step = own["tokens_per_step"] * (own["flops_per_token"] if match == "flops" else 1)
             steps = max(1, round(base_total / per_step))
             jobs.append([o for o in job if override_key(o) != STEPS_KEY] + [f"{STEPS_KEY}={steps}"])
             variant = job_variant(job, swept)
             budget.steps[variant] = steps
             budget.baseline_of[variant] = job_variant(base_job, swept)
+            budget.baseline_tokens[variant] = int(base_tokens)  # what the caption says was matched
+            budget.baseline_train_flops[variant] = float(base_tokens * base["flops_per_token"])
         return jobs, budget
 
     def _ladder_budget(self, definition: list[list[str]], swept: list[str]) -> tuple[list[list[str]], Budget]:
@@ -446,7 +451,7 @@ def final_stage(plan: SweepPlan, chosen: dict[str, float] | None = None) -> list
     return stage
 
 
-def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:
+def choose_lr(records: list[Record], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:
     """Each variant's learning rate, chosen on the validation split of its tuning runs.
 
     The score of a learning rate is the mean over the tuning seeds of the validation loss (or of
@@ -460,9 +465,9 @@ def choose_lr(records: list[dict], plan: SweepPlan) -> tuple[dict[str, float], d
     sign = 1.0 if tune.metric == "loss" else -1.0
     outcome: dict[tuple[str, ...], float] = {}
     for record in records:
-        value = ((record.get("metrics") or {}).get("val") or {}).get(tune.metric)
-        ok = record.get("status") == "ok" and isinstance(value, (int, float)) and math.isfinite(value)
-        outcome[job_signature(record.get("overrides"))] = sign * value if ok else math.inf
+        value = getattr(record.metrics.val, tune.metric, None)
+        ok = record.ok and isinstance(value, (int, float)) and math.isfinite(value)
+        outcome[job_signature(record.overrides)] = sign * value if ok else math.inf
     runs: dict[str, dict[float, list[float]]] = {}
     for job in tuning_jobs(plan.definition, plan.swept, tune):
         per_lr = runs.setdefault(plan.variant(job), {}).setdefault(float(_value(job, LR_KEY)), [])

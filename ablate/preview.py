@@ -35,7 +35,7 @@ from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
 from ablate.planner import CHOSEN, LR_KEY, Planner, directory_conflict, final_stage, variant_configs
-from ablate.results import read_record, record_problems
+from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
 from ablate.sweep import SweepPlan, job_signature
 
@@ -146,10 +146,16 @@ class Preview:
 
 def job_status(sweep_dir: Path, overrides: list[str]) -> str:
     """A job's state in ``sweep_dir``: done (a relaunch skips it), rerun, or to run."""
-    record = read_record(sweep_dir / job_dir_name(overrides))
-    if record is None or job_signature(record.get("overrides")) != job_signature(overrides):
+    path = sweep_dir / job_dir_name(overrides) / RESULT_FILE
+    try:
+        record = Record.read(path)
+    except FileNotFoundError:
         return "to run"
-    return "done" if record.get("status") == "ok" and not record_problems(record) else "rerun"
+    except (OSError, ValueError):  # a record a relaunch does not trust (ablate.record): it runs again
+        return "rerun"
+    if job_signature(record.overrides) != job_signature(overrides):
+        return "to run"
+    return "done" if record.ok else "rerun"
 
 
 def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps: bool = True,
@@ -258,25 +264,24 @@ def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str
     return record_samples(r for r in (read_record(sweep_dir / job_dir_name(job)) for job in plan.jobs) if r)
 
 
-def record_samples(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def record_samples(records: Iterable[Record]) -> dict[str, list[dict[str, Any]]]:
     """Step times of finished jobs' records, keyed as the cache keys them (``timing.remember`` takes
     them: a sweep's end feeds the next estimate)."""
     from ablate.timing import step_time_key
 
     found: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        metrics = (record or {}).get("metrics") or {}
-        median = (metrics.get("step_time_s") or {}).get("median")
-        if not (record and record.get("status") == "ok" and median and record.get("config")
-                and metrics.get("steps") and metrics.get("wall_time_s")) or metrics.get("resumed_from_step"):
+        metrics = record.metrics
+        median = (metrics.step_time_s or {}).get("median")
+        if not (record.ok and median and record.config and metrics.steps and metrics.wall_time_s) \
+                or metrics.resumed_from_step:
             continue  # a resumed job's clock holds only its last attempt
-        host = ((record.get("job") or {}).get("slurm") or {}).get("node")  # None: this machine
-        key = step_time_key(record["config"], metrics.get("torch_threads"), metrics.get("concurrent_jobs") or 1,
-                            metrics.get("device") or "cpu", host)
-        other = max(0.0, metrics["wall_time_s"] - metrics["steps"] * median)
+        host = (record.job.slurm or {}).get("node")  # None: this machine
+        key = step_time_key(record.config, metrics.torch_threads, metrics.concurrent_jobs or 1,
+                            metrics.device or "cpu", host)
+        other = max(0.0, metrics.wall_time_s - metrics.steps * median)
         found.setdefault(key, []).append({"step_s": median, "low_s": median, "high_s": median, "other_s": other,
-                                          "source": "runs",
-                                          "id": f"{(record.get('job') or {}).get('dir')}@{(record.get('job') or {}).get('started_at')}"})
+                                          "source": "runs", "id": f"{record.job.dir}@{record.job.started_at}"})
     return found
 
 

@@ -19,9 +19,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
+
+from ablate.results import write_json_atomic
 
 #: this version's records; a record without ``schema`` is version 1 (before it was written)
 SCHEMA = 2
@@ -106,6 +110,16 @@ class Metrics:
     cpu_cores: int | None = None
     early_stopped: dict[str, Any] | None = None     # an EarlyStopping callback's stop: step, monitor, reason
     model_checkpoint: dict[str, Any] | None = None  # the user's ModelCheckpoint: where its best weights are
+
+    def update(self, **values: Any) -> None:
+        """Set several figures at once; a name that is no field is a TypeError (every figure a job
+        records is one of these fields)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise TypeError(f"Metrics has no field {', '.join(unknown)}")
+        for name, value in values.items():
+            setattr(self, name, value)
 
     def flat(self) -> dict[str, Any]:
         """The scalar metrics with each length's test figures as ``accuracy@L``/``loss@L`` (a run
@@ -200,8 +214,6 @@ class Record:
 
     def write(self, job_dir: str | Path) -> Path:
         """``job_dir/result.json``, atomically (a temporary file renamed over it)."""
-        from ablate.results import write_json_atomic
-
         path = Path(job_dir) / RESULT_FILE
         write_json_atomic(path, self.to_json())
         return path
@@ -209,7 +221,8 @@ class Record:
     @classmethod
     def read(cls, path: str | Path) -> "Record":
         """The record in ``path`` (a ``result.json`` or its job directory). Raises ``OSError`` or
-        ``ValueError`` for a file that is not JSON, :class:`RecordError` for one that is not a record."""
+        ``ValueError`` for a file that is not a JSON object, :class:`RecordError` (a ValueError) for
+        one that cannot be what a job wrote."""
         path = Path(path)
         path = path / RESULT_FILE if path.is_dir() else path
         data = json.loads(path.read_text())
@@ -221,11 +234,76 @@ class Record:
     def from_json(cls, data: Any) -> "Record":
         """A record from its JSON form, checked (:class:`RecordError` names every problem)."""
         if not isinstance(data, dict):
-            raise RecordError([f"the file holds {type(data).__name__} (expected a JSON object)"])
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         problems = record_problems(data)
         if problems:
             raise RecordError(problems)
         return _record(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# A sweep's records
+# ---------------------------------------------------------------------------------------------
+
+def read_record(job_dir: str | Path) -> Record | None:
+    """The job's record, or None when there is none or it cannot be trusted (not JSON, or not what a
+    job writes: :class:`RecordError`)."""
+    try:
+        return Record.read(Path(job_dir) / RESULT_FILE)
+    except (OSError, ValueError):
+        return None
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def sort_records(records: Iterable[Record]) -> list[Record]:
+    """Records in sweep order: by ``job.num`` where known, then by path."""
+    def key(record: Record) -> tuple:
+        num = record.job.num
+        return (num if isinstance(num, (int, float)) else math.inf, _natural_key(record.path or Path()))
+    return sorted(records, key=key)
+
+
+def load_records(sweep_dir: str | Path) -> list[Record]:
+    """Every ``result.json`` under ``sweep_dir`` (recursively), in job order, each with its ``path``
+    and the ``sweep_dir`` searched (so that readers can find the sweep's other files: ``sweep.json``,
+    ``bench.json``).
+
+    A file that does not parse is skipped with a warning (a job may be writing it, or may have
+    died), and so is a record that cannot be what a job wrote (:class:`RecordError`, each field
+    named); jobs without a record are simply absent."""
+    sweep_dir = Path(sweep_dir)
+    records = []
+    for path in sorted(sweep_dir.rglob(RESULT_FILE), key=_natural_key):
+        try:
+            record = Record.read(path)
+        except RecordError as err:
+            warnings.warn(f"skipping {path}: implausible record: {err}", stacklevel=2)
+            continue
+        except (OSError, ValueError) as err:
+            warnings.warn(f"skipping {path}: {err}", stacklevel=2)
+            continue
+        record.sweep_dir = sweep_dir
+        records.append(record)
+    return sort_records(records)
+
+
+def jobs_at_once(records: Iterable[Record]) -> int:
+    """The most jobs that trained at the same moment: each job's training lies within
+    [job.started_at, job.started_at + metrics.wall_time_s] (started_at: when it got its share of
+    the cores); records without those two figures are left out."""
+    events = []
+    for r in records:
+        start, wall = r.job.started_at, r.metrics.wall_time_s
+        if start is not None and wall is not None:
+            events += [(start, 1), (start + wall, -1)]
+    running = most = 0
+    for _, step in sorted(events):  # at equal times an end (-1) sorts before a start
+        running += step
+        most = max(most, running)
+    return most
 
 
 # ---------------------------------------------------------------------------------------------

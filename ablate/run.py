@@ -24,20 +24,21 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.config import ConfigError, apply_smoke, validate
+from ablate.config import ConfigError, validate
 from ablate.console import print_job_line
 from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
-from ablate.results import read_record, record_problems, write_record
+from ablate.settings import apply_smoke
+from ablate.record import BudgetEntry, Record, TuneEntry, WandbEntry, read_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
-from ablate.tracking import sweep_group, uses_wandb
+from ablate.loggers import sweep_group, uses_wandb
 from ablate.sweep import design_labels, job_signature
 
 
 def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
     """The resolved config, with one key per group holding the option chosen (for dashboard grouping)
     and that option's settings under ``<group>_cfg``, the job's ``variant`` and the ``code_version``."""
-    from ablate.tracking import code_version
+    from ablate.code_version import code_version
 
     out = {k: v for k, v in cfg.items() if k not in job.choices}
     for group, choice in job.choices.items():
@@ -52,7 +53,7 @@ def _wandb_config(cfg: dict[str, Any], job: Job) -> dict[str, Any]:
 _stopped: list[int] = []
 
 
-def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
+def run_job(cfg: DictConfig, job: Job) -> Record:
     """Train one job and return its record (also written to ``job.dir/result.json`` on rank 0)."""
     validation_started = time.perf_counter()
     apply_smoke(cfg)
@@ -79,34 +80,29 @@ def run_job(cfg: DictConfig, job: Job) -> dict[str, Any]:
         job.release()
 
 
-def _done_already(job: Job) -> dict[str, Any] | None:
+def _done_already(job: Job) -> Record | None:
     """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do."""
-    previous = read_record(job.dir)
-    if previous is None or previous.get("status") != "ok" or record_problems(previous) or \
-            job_signature(previous.get("overrides")) != job_signature(job.overrides):
-        return None  # an implausible record (ablate.results.record_problems) is not trusted: run again
+    previous = read_record(job.dir)  # None for an implausible record too (ablate.record): not trusted, run again
+    if previous is None or not previous.ok or job_signature(previous.overrides) != job_signature(job.overrides):
+        return None
     print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
     return previous
 
 
-def _running_elsewhere(job: Job) -> dict[str, Any]:
+def _running_elsewhere(job: Job) -> Record:
     """What a job that another process is training returns here: nothing is written."""
     holder = lock_holder(job.dir)
     who = f"process {holder[0]}" if holder and holder[0] else "another process"
     print(f"[ablate] {job.name}: being trained by {who} (it holds {job.dir / JOB_LOCK}); skipped here")
-    return {"status": "running", "overrides": job.overrides, "choices": job.choices, "metrics": {},
-            "error": None, "job": job.record_fields()}
+    return Record(status="running", overrides=job.overrides, choices=job.choices, job=job.record_fields())
 
 
-def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str, Any]:
+def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> Record:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     group = sweep_group(cfg, job.sweep_dir)
-    record: dict[str, Any] = {
-        "status": "failed", "overrides": job.overrides, "choices": job.choices,
-        "experiment": _experiment_entry(resolved["experiment"]), "config": resolved, "metrics": {}, "error": None,
-        "diverged_step": None, "wandb": None, "budget": _budget_entry(cfg, job), "tune": _tune_entry(job),
-        "job": job.record_fields(),
-    }
+    record = Record(status="failed", overrides=job.overrides, choices=job.choices,
+                    experiment=_experiment_entry(resolved["experiment"]), config=resolved,
+                    budget=_budget_entry(cfg, job), tune=_tune_entry(job), job=job.record_fields())
     run = None
     started = time.perf_counter()
     stop = StopSignals()
@@ -133,43 +129,42 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
                     run = _start_wandb(cfg, job, resolved, group, (resume or {}).get("wandb_run_id"))
                 finally:
                     stop.holding = False
-            record["metrics"]["time_s"] = {"validate": wandb_started - validation_started,
-                                           "wandb_init": time.perf_counter() - wandb_started}
+            record.metrics.time_s.update(validate=wandb_started - validation_started,
+                                         wandb_init=time.perf_counter() - wandb_started)
             if run is not None:
                 from ablate.tracking import carry_over_attempts, run_dir
 
-                record["wandb"] = {"project": run.project, "group": group, "name": job.name, "dir": run_dir(run),
-                                   "id": run.id}
+                record.wandb = WandbEntry(project=run.project, group=group, name=job.name, dir=run_dir(run), id=run.id)
                 checkpointer.wandb_run_id = run.id
                 carry_over_attempts(run, job.dir, int((resume or {}).get("step") or 0))  # one folder per job
             interrupt.act_on_held()
             stop.act_on_held()
             started = time.perf_counter()
-            train(cfg, job, run, record["metrics"], checkpointer, resume)
-            record["status"] = "ok"
+            train(cfg, job, run, record.metrics, checkpointer, resume)
+            record.status = "ok"
             if not cfg.checkpoint.keep:
                 shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
         except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
             stop.settle()
             lit = sys.modules.get("ablate.lit")  # loaded if it raised Diverged; a stop may have cut its import short
             if lit is not None and isinstance(error, getattr(lit, "Diverged", ())):
-                record["status"], record["diverged_step"] = "diverged", error.step
+                record.status, record.diverged_step = "diverged", error.step
             elif isinstance(error, (KeyboardInterrupt, Preempted)) or interrupt.seen:
                 # Ctrl-C (Lightning turns it into SystemExit(1) after its own shutdown), or a stop signal
                 # (during set-up, or after its checkpoint): a relaunch resumes the job
-                record["status"] = "interrupted"
-            if record["status"] == "interrupted" and interrupt.seen:
+                record.status = "interrupted"
+            if record.status == "interrupted" and interrupt.seen:
                 saved = isinstance(error, Preempted) and error.saved
-                record["error"] = "interrupted by Ctrl-C (SIGINT)" + (f" at step {error.step}; checkpoint saved"
-                                                                       if saved else "")
+                record.error = "interrupted by Ctrl-C (SIGINT)" + (f" at step {error.step}; checkpoint saved"
+                                                                   if saved else "")
             else:
-                record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
-            if record["status"] == "failed":  # a stop or a divergence is its own explanation
-                record["traceback"] = traceback.format_exc()
+                record.error = "".join(traceback.format_exception_only(type(error), error)).strip()
+            if record.status == "failed":  # a stop or a divergence is its own explanation
+                record.traceback = traceback.format_exc()
             if not isinstance(error, Exception) or isinstance(error, Preempted):
                 ended_by = error
         stop.settle()  # from here on a signal waits until the record is written
-        record["metrics"]["wall_time_s"] = time.perf_counter() - started
+        record.metrics.wall_time_s = time.perf_counter() - started
         _end(record, run, job)
     if interrupt.seen:  # Ctrl-C, whatever Lightning made of it: the CLI and the sweeper exit 130
         ended_by = KeyboardInterrupt()
@@ -187,13 +182,13 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> dict[str
     raise ended_by if ended_by is not None else SystemExit(code)
 
 
-def _end(record: dict[str, Any], run: Any, job: Job) -> None:
+def _end(record: Record, run: Any, job: Job) -> None:
     """Write the record and finish the wandb run (``_finish``). Where the record cannot be written
     (a full disk), the job and both errors are named on the terminal instead."""
     try:
         _finish(record, run, job)
     except OSError as error:
-        what = record["status"] + (f" ({record['error']})" if record["error"] else "")
+        what = record.status + (f" ({record.error})" if record.error else "")
         print(f"ablate: {job.name}: {what}; its record could not be written in {job.dir} "
               f"({type(error).__name__}: {error}); a relaunch runs it again", file=sys.stderr)
         if run is not None:
@@ -216,23 +211,26 @@ def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
             "baseline": experiment.get("baseline") or next(iter(labels), None)}
 
 
-def _budget_entry(cfg: DictConfig, job: Job) -> dict[str, Any]:
-    """The record's ``budget``: what was matched, the steps this job was given, and its baseline."""
-    budget = job.sweep.budget if job.sweep is not None else None
-    baseline = budget.baseline_of.get(job.variant) if budget is not None else None
-    entry = {"match": str(cfg.budget.match), "steps": int(cfg.trainer.max_steps), "baseline": baseline}
-    if entry["match"] == "tokens_per_param":
-        entry["tokens_per_param"] = float(cfg.budget.tokens_per_param)
+def _budget_entry(cfg: DictConfig, job: Job) -> BudgetEntry:
+    """The record's ``budget``: what was matched, the steps this job was given, its baseline and, for
+    a budget matched to a baseline's tokens or FLOPs, that baseline's totals (the caption says them)."""
+    plan = job.sweep.budget if job.sweep is not None else None
+    entry = BudgetEntry(match=str(cfg.budget.match), steps=int(cfg.trainer.max_steps))
+    if plan is not None:
+        entry.baseline = plan.baseline_of.get(job.variant)
+        entry.baseline_tokens = plan.baseline_tokens.get(job.variant)
+        entry.baseline_train_flops = plan.baseline_train_flops.get(job.variant)
+        entry.tokens_per_param = plan.tokens_per_param
     return entry
 
 
-def _tune_entry(job: Job) -> dict[str, Any] | None:
+def _tune_entry(job: Job) -> TuneEntry | None:
     """The record's ``tune`` in a tuned sweep: where this job's learning rate was chosen (``tuned_on``:
     its own variant, or under ``tune.rungs=smallest`` the smallest rung's variant whose rate it reuses)."""
     tune = job.sweep.tune if job.sweep is not None else None
     if tune is None:
         return None
-    return {"rungs": tune.rungs, "tuned_on": tune.transfer.get(job.variant, job.variant)}
+    return TuneEntry(rungs=tune.rungs, tuned_on=tune.transfer.get(job.variant, job.variant))
 
 
 def _rank() -> int:
@@ -274,33 +272,32 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
         return None
 
 
-def _finish(record: dict[str, Any], run: Any, job: Job) -> None:
+def _finish(record: Record, run: Any, job: Job) -> None:
     if _rank() != 0:
         return
-    write_record(job.dir, record)
+    record.write(job.dir)
     if run is not None:
-        summary = {k: v for k, v in record["metrics"].items() if isinstance(v, (int, float, str))}
-        run.summary.update({**summary, "status": record["status"], "error": record["error"] or ""})
+        run.summary.update({**record.metrics.flat(), "status": record.status, "error": record.error or ""})
         _log_artifacts(record, run, job)
-        run.finish(exit_code=0 if record["status"] == "ok" else 1)
+        run.finish(exit_code=0 if record.ok else 1)
     print_job_line(record, job.name)
 
 
-def _log_artifacts(record: dict[str, Any], run: Any, job: Job) -> None:
+def _log_artifacts(record: Record, run: Any, job: Job) -> None:
     """The job's record as the artifact ``record-<run id>`` (what the sweep's table summarises:
     README, "wandb"), and with ``checkpoint.keep=true`` the trained weights as ``model-<run id>``."""
     import warnings
 
-    from ablate.results import RESULT_FILE
+    from ablate.record import RESULT_FILE
     from ablate.tracking import log_files
 
-    about = {"variant": job.variant, "status": record["status"], "overrides": job.overrides}
+    about = {"variant": job.variant, "status": record.status, "overrides": job.overrides}
     checkpoint = job.dir / CHECKPOINT
     try:
         log_files(run, f"record-{run.id}", "job-record", {RESULT_FILE: job.dir / RESULT_FILE}, about)
-        if record["status"] == "ok" and (record["config"].get("checkpoint") or {}).get("keep") and checkpoint.is_file():
+        if record.ok and (record.config.get("checkpoint") or {}).get("keep") and checkpoint.is_file():
             log_files(run, f"model-{run.id}", "model", {checkpoint.name: checkpoint},
-                      {**about, "steps": record["metrics"].get("steps"), "params": record["metrics"].get("params")},
+                      {**about, "steps": record.metrics.steps, "params": record.metrics.params},
                       copy=False)  # weights can be large: read in place when synced, not staged twice
     except Exception as error:  # noqa: BLE001 - the record is written; wandb only misses its copy
         warnings.warn(f"wandb: could not log this job's artifacts: {type(error).__name__}: {error}", stacklevel=2)

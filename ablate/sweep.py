@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-from ablate.results import load_records, sort_records, write_json_atomic
+from ablate.record import Record, load_records, sort_records
+from ablate.results import write_json_atomic
 
 SWEEP_FILE = "sweep.json"
 NOT_VARIANT_KEYS = frozenset({"seed", "experiment"})
@@ -136,6 +137,8 @@ class Budget:
     steps: dict[str, int] = field(default_factory=dict)     # variant -> trainer.max_steps
     baseline_of: dict[str, str] = field(default_factory=dict)  # variant -> its baseline variant
     tokens_per_param: float | None = None                   # match=tokens_per_param: budget.tokens_per_param
+    baseline_tokens: dict[str, int] = field(default_factory=dict)         # variant -> its baseline's tokens
+    baseline_train_flops: dict[str, float] = field(default_factory=dict)  # variant -> its baseline's FLOPs
 
 
 @dataclass
@@ -296,20 +299,20 @@ def same_jobs(a: Iterable[Iterable[str]], b: Iterable[Iterable[str]]) -> bool:
     return {job_signature(j) for j in a} == {job_signature(j) for j in b}
 
 
-def sweep_records(records: list[dict], jobs: Iterable[Iterable[str]] | None) -> list[dict]:
+def sweep_records(records: list[Record], jobs: Iterable[Iterable[str]] | None) -> list[Record]:
     """The records that are jobs of the sweep definition ``jobs`` (all of them when it is unknown):
     a directory reused with ``--redefine`` may hold records of an earlier definition."""
     if jobs is None:
         return records
     wanted = {job_signature(j) for j in jobs}
-    return [r for r in records if job_signature(r.get("overrides")) in wanted]
+    return [r for r in records if job_signature(r.overrides) in wanted]
 
 
 class SeveralSweeps(ValueError):
     """A directory holds the records of more than one sweep (each with its own ``sweep.json``)."""
 
 
-def read_sweep(sweep_dir: str | Path) -> tuple[list[dict], SweepPlan | None]:
+def read_sweep(sweep_dir: str | Path) -> tuple[list[Record], SweepPlan | None]:
     """A sweep directory's records and its plan, each read once: the records that belong to the
     sweep its ``sweep.json`` defines (others, left by an earlier definition, are named in a warning
     and left out), and that plan (None when there is none). ``sweep_dir`` may be a directory above
@@ -332,7 +335,7 @@ def read_sweep(sweep_dir: str | Path) -> tuple[list[dict], SweepPlan | None]:
     return kept, plan
 
 
-def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
+def load_sweep_records(sweep_dir: str | Path) -> list[Record]:
     """A sweep directory's records (:func:`read_sweep`, which says which are left out and when
     the directory holds several sweeps)."""
     return read_sweep(sweep_dir)[0]
@@ -342,20 +345,19 @@ def load_sweep_records(sweep_dir: str | Path) -> list[dict]:
 # Variants of a set of records (the table's rows, the benchmark's variants)
 # ---------------------------------------------------------------------------------------------
 
-def varying_keys(records: list[dict]) -> set[str]:
+def varying_keys(records: list[Record]) -> set[str]:
     """The variant keys whose value differs between some of the records (absent counts as a value)."""
-    parsed = [parse_overrides(r.get("overrides")) for r in records]
+    parsed = [parse_overrides(r.overrides) for r in records]
     keys = set().union(*parsed) if parsed else set()
     return {k for k in keys if len({p.get(k) for p in parsed}) > 1}
 
 
-def _record_sweep_dir(record: dict) -> Path | None:
+def _record_sweep_dir(record: Record) -> Path | None:
     """The directory a record's job directory sits in: its sweep's, which holds ``sweep.json``."""
-    path = record.get("_path")
-    return Path(path).parent.parent if path else None
+    return record.path.parent.parent if record.path is not None else None
 
 
-def records_swept_keys(records: list[dict]) -> set[str]:
+def records_swept_keys(records: list[Record]) -> set[str]:
     """The swept keys of the sweep(s) the records come from: those of their ``sweep.json`` where
     every record's sweep directory has one, else the keys whose values vary across the records."""
     dirs = {_record_sweep_dir(r) for r in records}
@@ -365,23 +367,23 @@ def records_swept_keys(records: list[dict]) -> set[str]:
     return varying_keys(records)
 
 
-def variants(records: list[dict], swept: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+def variants(records: list[Record], swept: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
     """The variants of the records in sweep order: ``{variant_key: {key: value}}``.
 
     ``swept`` defaults to :func:`records_swept_keys`."""
     swept = records_swept_keys(records) if swept is None else set(swept)
     out: dict[str, dict[str, str]] = {}
     for record in sort_records(records):
-        variant = variant_overrides(record.get("overrides"), swept)
+        variant = variant_overrides(record.overrides, swept)
         out.setdefault(variant_key(variant), variant)
     return out
 
 
-def group_by_variant(records: list[dict], swept: Iterable[str] | None = None) -> dict[str, list[dict]]:
+def group_by_variant(records: list[Record], swept: Iterable[str] | None = None) -> dict[str, list[Record]]:
     """``{variant_key: [its records]}`` in sweep order (the table's rows, the benchmark's variants)."""
     swept = records_swept_keys(records) if swept is None else set(swept)
-    groups: dict[str, list[dict]] = {key: [] for key in variants(records, swept)}
+    groups: dict[str, list[Record]] = {key: [] for key in variants(records, swept)}
     for record in sort_records(records):
-        groups[job_variant(record.get("overrides"), swept)].append(record)
+        groups[job_variant(record.overrides, swept)].append(record)
     return groups
 

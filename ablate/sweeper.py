@@ -40,7 +40,7 @@ from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
 from ablate.launchers import launcher_kind
 from ablate.loggers import uses_wandb
 from ablate.planner import Planner, SweepError, choose_lr, final_stage, launcher_compose, lr_text
-from ablate.results import load_records
+from ablate.record import load_records
 from ablate.stops import STOP_SIGNALS, SignalHandlers
 from ablate.sweep import SweepPlan
 
@@ -166,7 +166,7 @@ class _JobLines:
     def _scan(self, say: bool = True) -> None:
         from rich.console import Console
 
-        from ablate.results import RESULT_FILE, read_record
+        from ablate.record import RESULT_FILE, read_record
         from ablate.console import job_line
 
         for path in sorted(self.sweep_dir.glob(f"*/{RESULT_FILE}")):
@@ -179,7 +179,7 @@ class _JobLines:
             self._seen[path] = stamp
             record = read_record(path.parent)
             if say and record is not None:
-                Console(highlight=False, soft_wrap=True).print(job_line(record, job_name(record.get("overrides"))))
+                Console(highlight=False, soft_wrap=True).print(job_line(record, job_name(record.overrides)))
 
 
 class _StopWorkers:

@@ -36,8 +36,6 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
 from ablate.code_version import code_version
-# re-exported for callers that import them from here (ablate.run, ablate.train; docs/loggers.md): ablate.loggers owns them
-from ablate.loggers import LoggerPlace, logger_names, make_loggers, sweep_group, uses_wandb  # noqa: F401
 from ablate.results import write_text_atomic
 from ablate.wandb_history import read_history
 

@@ -16,12 +16,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.job import Job
+from ablate.record import Metrics, Score
 
 
 def _loggers(cfg: DictConfig, job: Job, run: Any) -> list[Any]:
     """The job's Lightning loggers (``tracking.make_loggers``): those its ``logger`` node names."""
-    from ablate.tracking import sweep_group
-    from ablate.tracking import LoggerPlace, make_loggers
+    from ablate.loggers import LoggerPlace, make_loggers, sweep_group
 
     place = LoggerPlace(home=Path(job.sweep_dir) if job.sweep_dir else Path(job.dir),
                         group=sweep_group(cfg, job.sweep_dir), variant=job.variant, seed=int(cfg.seed))
@@ -115,7 +115,7 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
             "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size), "params": model.num_params()}
 
 
-def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpointer: Any = None,
+def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: Any = None,
           resume: dict[str, Any] | None = None) -> None:
     """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
     split); evaluate on the test split at every length; measure.
@@ -125,11 +125,11 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
 
     from ablate.lit import (LearningCurve, SpeedMeter, StepProgressBar, curve_steps, early_stop_entry, masked_loss,
                             model_checkpoint_entry)
-    from ablate.measure import measure_training_memory
+    from ablate.memory import measure_training_memory
     from ablate.optim import make_optimizer
 
     clock = time.perf_counter()
-    time_s = metrics.setdefault("time_s", {})  # where the job's time went (docs/internals.md)
+    time_s = metrics.time_s  # where the job's time went (docs/internals.md)
     quiet_lightning()
     if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
         torch.set_num_threads(job.torch_threads)
@@ -145,7 +145,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
                           curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every), float(cfg.eval.early_fraction)),
                           tokens_per_step, fpt)
-    metrics["history"] = curve.history
+    metrics.history = curve.history  # the same list: a run that fails keeps the points it reached
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
@@ -164,7 +164,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     if resume:
-        metrics["resumed_from_step"] = resumed_step
+        metrics.resumed_from_step = resumed_step
     time_s["setup"] = time.perf_counter() - clock - time_s.get("memory", 0.0)
     started = time.perf_counter()
     trainer.fit(module, train_dataloaders=train_loader, ckpt_path=str(checkpointer.path) if resume else None)
@@ -174,36 +174,34 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: dict[str, Any], checkpoi
     tokens = trainer.global_step * tokens_per_step * trainer.world_size
     stopped = early_stop_entry(trainer.callbacks, trainer.global_step, int(cfg.trainer.max_steps))
     if stopped is not None:  # an EarlyStopping callback ended training before max_steps
-        metrics["early_stopped"] = stopped
+        metrics.early_stopped = stopped
     kept = model_checkpoint_entry(trainer.callbacks)
     if kept is not None:  # the user's ModelCheckpoint: where its best weights are
-        metrics["model_checkpoint"] = kept
-    metrics.update(speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
+        metrics.model_checkpoint = kept
+    metrics.update(**speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
     if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
         from ablate.measure import utilisation
         from ablate.model.flops import recomputed_flops
 
         device = torch.cuda.get_device_name(trainer.strategy.root_device)
-        metrics.update(utilisation(device, str(cfg.trainer.precision), metrics["tokens_per_s"], fpt,
+        metrics.update(**utilisation(device, str(cfg.trainer.precision), metrics.tokens_per_s, fpt,
                                    cfg.measure.get("peak_flops"),
                                    recomputes=recomputed_flops(model, data.seq_len, data.batch_size) > 0))
     if curve.history:
         early_step = max(1, round(float(cfg.eval.early_fraction) * trainer.global_step))
-        early = min(curve.history, key=lambda p: abs(p["step"] - early_step))
+        early = min(curve.history, key=lambda p: abs(p.step - early_step))
         last = curve.history[-1]
-        metrics.update(val={"loss": last["loss"], "accuracy": last["accuracy"]},
-                       early_loss=early["loss"], early_loss_step=early["step"], final_loss=last["loss"])
+        metrics.update(val=Score(loss=last.loss, accuracy=last.accuracy),
+                       early_loss=early.loss, early_loss_step=early.step, final_loss=last.loss)
 
     module.eval_split = "test"
     started = time.perf_counter()
     trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
     time_s["test"] = time.perf_counter() - started
     evals = module.eval_results()
-    metrics["eval"] = evals
     first = evals[str(data.val_lengths[0])]
-    metrics["accuracy"], metrics["loss"] = first["accuracy"], first["loss"]
+    metrics.update(accuracy=first["accuracy"], loss=first["loss"])
     if hasattr(data.task, "add_bits_per_byte"):  # text tasks, to compare tokenizers: over the scored targets' bytes
         data.task.add_bits_per_byte(evals, lambda length: data.eval_batches(length, "test"))
-        metrics.update({k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
-    for length, e in evals.items():
-        metrics[f"accuracy@{length}"], metrics[f"loss@{length}"] = e["accuracy"], e["loss"]
+        metrics.update(**{k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
+    metrics.eval = {length: Score(**e) for length, e in evals.items()}

@@ -19,7 +19,6 @@ is largest for sweeps of many tiny jobs and goes to 1 as jobs get longer.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ablate.results import jobs_at_once
+from ablate.record import jobs_at_once, load_records
 from ablate.job import cpu_cores
 
 BIN = Path(sys.executable).parent
@@ -51,11 +50,11 @@ def run_sweep(args: list[str], workdir: Path) -> dict:
     wall = time.perf_counter() - started
     if out.returncode != 0:
         sys.exit(f"ablate failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
-    steps = [r["metrics"]["step_time_s"]["median"] for r in records if r["metrics"].get("step_time_s")]
+    records = load_records(sweep)
+    steps = [r.metrics.step_time_s["median"] for r in records if r.metrics.step_time_s]
     return {"wall_s": wall, "jobs": len(records), "at_once": jobs_at_once(records),
-            "threads": sorted({r["metrics"].get("torch_threads") for r in records}),
-            "concurrent_jobs": sorted({r["metrics"].get("concurrent_jobs") for r in records}),
+            "threads": sorted({r.metrics.torch_threads for r in records}),
+            "concurrent_jobs": sorted({r.metrics.concurrent_jobs for r in records}),
             "step_ms": 1000 * statistics.median(steps) if steps else float("nan")}
 
 

@@ -264,7 +264,7 @@ def check_options(c: Checker) -> None:
             cfg = compose(overrides)
             job = Job(c.out / "options" / f"{i:02d}", overrides, {}, None, None,
                       torch_threads=1 if plan.dry else None)
-            record = run_job(cfg, job)
+            record = run_job(cfg, job).to_json()  # as its result.json holds it
             m = record["metrics"]
             if record["status"] != "ok":
                 return "failed", f"{record['status']}: {record['error']}"[:160], {"record": str(job.dir)}
@@ -418,7 +418,7 @@ def check_throughput(c: Checker, memory: dict[str, Row]) -> None:
         overrides = lm_overrides(plan, [f"model.size={size}"], [f"trainer.max_steps={steps}", f"measure.warmup_steps={plan.warmup}"])
         cfg = compose(overrides)
         job = Job(c.out / "throughput", overrides, {}, None, None, torch_threads=1 if plan.dry else None)
-        record = run_job(cfg, job)
+        record = run_job(cfg, job).to_json()  # as its result.json holds it
         m = record["metrics"]
         if record["status"] != "ok":
             return "failed", f"{record['status']}: {record['error']}"[:160], {}

@@ -3,7 +3,6 @@ optimises, the early-loss point. Jobs run in process through the real Lightning 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from omegaconf import DictConfig
 
 from ablate.compose import tiny_overrides
 from ablate.job import Job
+from ablate.record import Record
 from ablate.run import run_job
 from ablate.train import job_cost
 
@@ -23,10 +23,11 @@ def config(*overrides: str) -> DictConfig:
 
 
 def run(tmp_path: Path, *overrides: str) -> dict:
+    """The run's metrics as its result.json holds them."""
     job = Job(tmp_path / "_".join(overrides).replace("=", "-"), list(overrides), {}, None, None)
     record = run_job(config(*overrides), job)
-    assert record["status"] == "ok", record["error"]
-    return record["metrics"]
+    assert record.status == "ok", record.error
+    return record.to_json()["metrics"]
 
 
 @pytest.mark.slow  # trains two tiny runs in process (seconds)
@@ -71,6 +72,6 @@ def test_the_record_and_the_caption_say_where_early_loss_was_read(tmp_path: Path
     metrics = run(tmp_path, "trainer.max_steps=8", "eval.early_fraction=0.125")
     assert metrics["early_loss_step"] == 1 and metrics["early_loss"] == metrics["history"][0]["loss"]
     record = next(tmp_path.rglob("result.json"))
-    caption = build_table([{**json.loads(record.read_text()), "_path": str(record)}]).caption()
+    caption = build_table([Record.read(record)]).caption()
     assert "validation loss at 12.5% of training (eval.early_fraction; within the run)" in caption
     assert "Narang" not in caption

@@ -226,8 +226,8 @@ def test_the_sweep_path_points_one_way() -> None:
         reached = _reaches(graph, job_module)
         assert not {"ablate.planner", "ablate.preview", "ablate.sweeper", "ablate.callbacks", "ablate.cli"} & reached
         assert not [m for m in reached if m.startswith("ablate.report")]
-    assert {"ablate.job", "ablate.train", "ablate.results"} <= set(graph["ablate.run"])
-    assert _reaches(graph, "ablate.sweep") <= {"ablate.results"}
+    assert {"ablate.job", "ablate.train", "ablate.record"} <= set(graph["ablate.run"])
+    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.results"}
     report = set().union(*(_reaches(graph, m) for m in graph if m.startswith("ablate.report") and m != "ablate.report.cli"))
     assert "ablate.sweep" in report
     assert not {"ablate.job", "ablate.train", "ablate.run", "ablate.planner", "ablate.sweeper"} & report

@@ -47,7 +47,7 @@ def test_a_lightning_callback_and_a_users_own_join_the_run(tmp_path: Path, one_t
     cfg = compose_cfg(overrides)
     job = Job(tmp_path / "job", overrides, {}, None, None)
     record = run_job(cfg, job)
-    assert record["status"] == "ok", record["error"]
+    assert record.status == "ok", record.error
 
     assert json.loads(counted.read_text()) == {"batches": 6, "global_step": 6, "every": 2}
     with open(job.dir / "metrics.csv", newline="") as f:  # logger=csv: what LearningRateMonitor logged
@@ -102,18 +102,18 @@ def test_early_stopping_and_model_checkpoint_watch_val_loss_at_the_curve_points(
                  "callbacks.early_stopping.min_delta=10"]  # no point improves by 10: stops at the second point
     job = Job(tmp_path / "job", overrides, {}, None, None)
     record = run_job(compose_cfg(overrides), job)
-    assert record["status"] == "ok", record["error"]
-    m = record["metrics"]
-    history = [p["step"] for p in m["history"]]
-    assert history == [2, 4] and m["steps"] == 4
-    stopped = m["early_stopped"]
+    assert record.status == "ok", record.error
+    m = record.metrics
+    history = [p.step for p in m.history]
+    assert history == [2, 4] and m.steps == 4
+    stopped = m.early_stopped
     assert (stopped["step"], stopped["max_steps"], stopped["monitor"]) == (4, 40, "val/loss")
-    assert stopped["best"] == pytest.approx(m["history"][0]["loss"]) and "did not improve" in stopped["reason"]
-    kept = m["model_checkpoint"]
+    assert stopped["best"] == pytest.approx(m.history[0].loss) and "did not improve" in stopped["reason"]
+    kept = m.model_checkpoint
     assert kept["dir"] == str((job.dir / "model_checkpoints").resolve())
-    best = min(m["history"], key=lambda p: p["loss"])
-    assert kept["best_model_score"] == pytest.approx(best["loss"]) and Path(kept["best_model_path"]).is_file()
-    assert f"step={best['step']}" in Path(kept["best_model_path"]).name
+    best = min(m.history, key=lambda p: p.loss)
+    assert kept["best_model_score"] == pytest.approx(best.loss) and Path(kept["best_model_path"]).is_file()
+    assert f"step={best.step}" in Path(kept["best_model_path"]).name
     assert not (job.dir / "checkpoints").exists()  # ablate's own, removed as the job ended ok
 
 

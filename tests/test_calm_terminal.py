@@ -14,6 +14,7 @@ from pytorch_lightning.loggers import CSVLogger
 
 from ablate.lit import StepProgressBar
 from ablate.console import duration_text, job_line
+from ablate.record import JobEntry, Metrics, Record, Score
 
 
 class _Tiny(pl.LightningModule):
@@ -44,12 +45,14 @@ def test_the_progress_bar_counts_steps_without_epoch_or_version(tmp_path: Path) 
 
 
 def test_a_job_line_names_status_metric_and_time() -> None:
-    ok = {"status": "ok", "error": None, "job": {"dir": "/s/a"},
-          "metrics": {"metric": "accuracy", "eval": {"64": {"accuracy": 0.5}}, "loss": 1.25, "tokens_per_s": 1000.0,
-                      "params": 12, "wall_time_s": 75.0}}
+    ok = Record(status="ok", job=JobEntry(dir="/s/a"),
+                metrics=Metrics(metric="accuracy", eval={"64": Score(accuracy=0.5)}, loss=1.25, tokens_per_s=1000.0,
+                                params=12, wall_time_s=75.0))
     line = job_line(ok, "qkv_sharing=mqa")
     for part in ("qkv_sharing=mqa", "ok", "accuracy@64 0.5000", "loss 1.2500", "1 min 15 s", "/s/a/result.json"):
         assert part in line, (part, line)
-    failed = job_line({"status": "failed", "error": "ValueError: bad", "metrics": {"wall_time_s": 2.0}}, "seed=1")
+    ok.metrics.early_stopped = {"step": 40, "max_steps": 100, "monitor": "val/loss"}
+    assert "stopped early at step 40" in job_line(ok, "qkv_sharing=mqa")
+    failed = job_line(Record(status="failed", error="ValueError: bad", metrics=Metrics(wall_time_s=2.0)), "seed=1")
     assert "seed=1: failed" in failed and "ValueError: bad" in failed and "2.0 s" in failed
     assert [duration_text(s) for s in (3.21, 61, 7300)] == ["3.2 s", "1 min 01 s", "2 h 01 min"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli
 
-from ablate.results import jobs_at_once
+from ablate.record import jobs_at_once, load_records
 from ablate.job import cpu_cores
 
 pytestmark = pytest.mark.slow  # real submitit sweeps through the `ablate` CLI
@@ -44,7 +44,7 @@ def test_submitit_local_jobs_share_the_cores(tmp_path: Path, tiny: list[str]) ->
         assert m["concurrent_jobs"] == min(n, 4)
         assert m["torch_threads"] * m["concurrent_jobs"] <= n, m
         assert m["torch_threads"] == max(1, n // min(n, 4))
-    assert jobs_at_once(recs) <= min(n, 4)
+    assert jobs_at_once(load_records(sweep)) <= min(n, 4)
     caption = (sweep / "table.md").read_text()
     if min(n, 4) > 1:
         assert f"up to {min(n, 4)} ran at once on {n} cores" in caption and "competing for the CPU" in caption
@@ -55,5 +55,5 @@ def test_submitit_local_cpus_per_task_sets_threads_and_how_many_run_at_once(tmp_
     sweep, recs = submitit_sweep(tmp_path, tiny, 2, f"hydra.launcher.cpus_per_task={n}")  # one after the other
     for r in recs:
         assert r["metrics"]["torch_threads"] == n and r["metrics"]["concurrent_jobs"] == 1
-    assert jobs_at_once(recs) == 1, "one job at a time holds all the cores"
+    assert jobs_at_once(load_records(sweep)) == 1, "one job at a time holds all the cores"
     assert "shared the machine" not in (sweep / "table.md").read_text()

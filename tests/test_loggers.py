@@ -68,7 +68,7 @@ def test_tensorboard_and_mlflow_log_every_series_against_the_step_grouped_by_swe
     overrides = [*TINY, "logger=[csv,tensorboard,mlflow]", "ffn=relu", "seed=3"]
     job = Job(sweep / "job0", overrides, {"ffn": "relu"}, str(sweep), 0)
     record = run_job(compose_cfg(overrides), job)
-    assert record["status"] == "ok", record["error"]
+    assert record.status == "ok", record.error
     points = curve_steps(6, 2)
     assert points == [2, 4, 6]
 
@@ -77,15 +77,15 @@ def test_tensorboard_and_mlflow_log_every_series_against_the_step_grouped_by_swe
     assert run_dir.parent.name == safe_name(job.variant)
     series = scalars(run_dir)
     assert [s for s, _ in series["val/loss"]] == points
-    assert [v for _, v in series["val/loss"]] == pytest.approx([p["loss"] for p in record["metrics"]["history"]])
+    assert [v for _, v in series["val/loss"]] == pytest.approx([p.loss for p in record.metrics.history])
     assert len(series["train/loss"]) == 6  # log_every_n_steps=1 (trainer=debug)
-    length = next(iter(record["metrics"]["eval"]))
-    assert series[f"test/loss@{length}"] == [(6, pytest.approx(record["metrics"]["eval"][length]["loss"]))]
+    length = next(iter(record.metrics.eval))
+    assert series[f"test/loss@{length}"] == [(6, pytest.approx(record.metrics.eval[length].loss))]
 
     # MLflow: experiment = the sweep's group, run name = the variant, tags; the same series
     client = mlflow_client(sweep)
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
-    assert experiment.name == record["wandb"]["group"] if record["wandb"] else experiment.name.startswith("sweep-")
+    assert experiment.name == record.wandb.group if record.wandb else experiment.name.startswith("sweep-")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == job.variant and run.data.tags["seed"] == "3"
     assert run.data.tags["variant"] == job.variant and run.data.tags["job_dir"] == str(job.dir)
@@ -94,7 +94,7 @@ def test_tensorboard_and_mlflow_log_every_series_against_the_step_grouped_by_swe
     assert [(m.step, m.value) for m in history] == [(s, pytest.approx(v)) for s, v in series["val/loss"]]
     test_key = mlflow_key(f"test/loss@{length}")
     assert test_key == f"test/loss_at_{length}" and run.data.metrics[test_key] == pytest.approx(
-        record["metrics"]["eval"][length]["loss"])
+        record.metrics.eval[length].loss)
     assert (job.dir / "mlflow" / "run_id").read_text().strip() == run.info.run_id
     assert (job.dir / "metrics.csv").is_file()  # and csv beside them
 

@@ -279,8 +279,9 @@ def test_linear_attention_takes_less_memory_than_softmax_at_256_tokens(tmp_path:
         overrides = [f"attention={pattern}", *fixed]
         job = Job(tmp_path / pattern, overrides, {"attention": pattern}, str(tmp_path), None)
         record = run_job(compose_cfg(overrides), job)
-        assert record["status"] == "ok", record["error"]
-        found.append({**record, "_path": str(tmp_path / pattern / "result.json")})
+        assert record.status == "ok", record.error
+        record.path = tmp_path / pattern / "result.json"
+        found.append(record)
     table = build_table(found)
     names = csv_columns(table)
     rows = {r[names.index("overrides")]: r for r in csv_rows(table)}

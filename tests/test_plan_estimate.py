@@ -13,7 +13,7 @@ from ablate import preview as preview_module
 from ablate.job import Job
 from ablate.jobdir import job_dir_name
 from ablate.preview import MIN_TIMED_STEPS, TIMING_STEPS, preview, render, start_line, time_variants
-from ablate.results import read_record
+from ablate.record import read_record
 
 SWEEP = ["qkv_sharing=independent,qk_shared", "seed=0,1", *TINY, "measure.warmup_steps=2", "measure.memory=false"]
 
@@ -29,7 +29,7 @@ def _run(p, job: list[str], sweep_dir: Path) -> dict:
     from ablate.run import run_job
 
     record = run_job(p.compose(job), Job(sweep_dir / job_dir_name(job), job, {}, None, None))
-    assert record["status"] == "ok", record.get("error")
+    assert record.status == "ok", record.error
     return record
 
 
@@ -40,11 +40,11 @@ def test_earlier_records_give_the_estimate_without_timing(tmp_path: Path, cache:
     first = _run(p, plan.jobs[0], sweep_dir)  # qkv_sharing=independent seed=0
 
     shown = preview(p, plan, sweep_dir, time_steps=False)  # nothing timed: only earlier runs count
-    median = first["metrics"]["step_time_s"]["median"]
+    median = first.metrics.step_time_s["median"]
     assert shown.step_times == {"qkv_sharing=independent": median}
     assert shown.estimates["qkv_sharing=independent"].source == "runs"
     assert shown.estimates["qkv_sharing=independent"].other_s == pytest.approx(
-        first["metrics"]["wall_time_s"] - first["metrics"]["steps"] * median)
+        first.metrics.wall_time_s - first.metrics.steps * median)
     assert "from 1 earlier run(s) here" in render(shown)
     line = start_line(p, plan, sweep_dir)  # qk_shared has no earlier run: no estimate, the hint
     assert line.startswith("[ablate] 4 jobs (1 already done); for an estimate: ablate --plan ") and "\n" not in line

@@ -16,7 +16,7 @@ from ablate.paths import CONF_DIR
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
 from ablate.resolvers import register_resolvers
-from ablate.results import write_record
+from ablate.record import Metrics, Record, Score
 from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key, same_jobs
 
 TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
@@ -151,8 +151,12 @@ def test_a_flops_budget_gives_each_variant_its_baselines_flops() -> None:
     plan = p.plan()
     steps = {plan.variant(job): int(_value(job, "trainer.max_steps")) for job in plan.definition}
     assert steps == {"qkv_sharing=independent": 6, "qkv_sharing=qkv_shared": 12, "qkv_sharing=qk_shared": 8}
+    base = next(job for job in plan.definition if plan.variant(job) == "qkv_sharing=independent")
+    tokens = 6 * fake_cost(p.compose(base))["tokens_per_step"]  # the baseline's steps x tokens per step
     assert plan.budget == Budget(match="flops", steps=steps,
-                                 baseline_of={v: "qkv_sharing=independent" for v in steps})
+                                 baseline_of={v: "qkv_sharing=independent" for v in steps},
+                                 baseline_tokens={v: tokens for v in steps},
+                                 baseline_train_flops={v: tokens * 2000.0 for v in steps})
     assert "trainer.max_steps" not in plan.swept
     assert all(int(p.compose(job).trainer.max_steps) == steps[plan.variant(job)] for job in plan.jobs)
 
@@ -205,10 +209,10 @@ def test_tuning_runs_first_then_the_seeds_at_each_chosen_rate() -> None:
     assert plan.tune == Tuning(lr=[0.001, 0.003], default_lr=0.003, seeds=[0], final_seeds=[0, 1], metric="loss")
     assert len(plan.jobs) == 2 * 2 and all(_value(job, "seed") == "0" for job in plan.jobs)
     assert plan.jobs == tuning_jobs(plan.definition, plan.swept, plan.tune)
-    records = [{"overrides": job, "status": "ok",
-                "metrics": {"val": {"loss": 1.0 if _value(job, "optim.lr") == "0.001" else 2.0}}}
+    records = [Record(overrides=job, status="ok",
+                      metrics=Metrics(val=Score(loss=1.0 if _value(job, "optim.lr") == "0.001" else 2.0)))
                for job in plan.jobs]
-    records[0]["status"] = "diverged"  # independent at 1e-3 diverged: +inf, so 3e-3 wins for it
+    records[0].status = "diverged"  # independent at 1e-3 diverged: +inf, so 3e-3 wins for it
     chosen, scores = choose_lr(records, plan)
     assert chosen == {"qkv_sharing=independent": 0.003, "qkv_sharing=qkv_shared": 0.001}
     assert scores["qkv_sharing=independent"] == {"0.001": None, "0.003": 2.0}
@@ -273,8 +277,8 @@ def test_preview_marks_done_rerun_and_to_run(tmp_path: Path) -> None:
 
     p = planner(["qkv_sharing=independent,qk_shared", "seed=0,1", *TINY])
     plan = p.plan()
-    write_record(tmp_path / job_dir_name(plan.jobs[0]), {"status": "ok", "overrides": plan.jobs[0]})
-    write_record(tmp_path / job_dir_name(plan.jobs[1]), {"status": "failed", "overrides": plan.jobs[1]})
+    Record(status="ok", overrides=plan.jobs[0]).write(tmp_path / job_dir_name(plan.jobs[0]))
+    Record(status="failed", overrides=plan.jobs[1]).write(tmp_path / job_dir_name(plan.jobs[1]))
     shown = preview(p, plan, tmp_path, time_steps=False)
     assert [j.status for j in shown.jobs] == ["done", "rerun", "to run", "to run"]
     assert shown.steps_to_run == 3 * 6 and [j.steps for j in shown.jobs] == [6] * 4
@@ -378,9 +382,9 @@ def test_a_ladder_of_a_design_tunes_each_rung_and_keeps_its_steps() -> None:
         assert int(_value(job, "trainer.max_steps")) == steps_of[plan.variant(job)]
     assert {_value(j, "model.size") for j in plan.jobs} == {"3xs", "2xs"}
     # the rungs of a row may choose different rates; the final runs keep each rung's steps
-    records = [{"overrides": job, "status": "ok",
-                "metrics": {"val": {"loss": (1.0 if _value(job, "optim.lr") == "0.001" else 2.0)
-                                    * (1.0 if _value(job, "model.size") == "3xs" else -1.0)}}}
+    records = [Record(overrides=job, status="ok",
+                      metrics=Metrics(val=Score(loss=(1.0 if _value(job, "optim.lr") == "0.001" else 2.0)
+                                                * (1.0 if _value(job, "model.size") == "3xs" else -1.0))))
                for job in plan.jobs]
     chosen, _ = choose_lr(records, plan)
     assert {lr for v, lr in chosen.items() if "model.size=3xs" in v} == {0.001}
@@ -401,8 +405,8 @@ def test_a_mup_ladder_tunes_its_smallest_rung_only_and_reuses_the_rate_above_it(
     assert {_value(j, "model.size") for j in plan.jobs} == {"3xs"}
     assert len(plan.tune.transfer) == len(rows) * 2  # the 2xs and xs variants of each row
     assert all("model.size=3xs" in source for source in plan.tune.transfer.values())
-    records = [{"overrides": job, "status": "ok",
-                "metrics": {"val": {"loss": 1.0 if (_value(job, "optim.lr") == "0.001") == ("RoPE" in str(job)) else 2.0}}}
+    records = [Record(overrides=job, status="ok", metrics=Metrics(val=Score(
+        loss=1.0 if (_value(job, "optim.lr") == "0.001") == ("RoPE" in str(job)) else 2.0)))
                for job in plan.jobs]
     chosen, _ = choose_lr(records, plan)
     for job in final_jobs(plan, chosen):
@@ -452,7 +456,7 @@ def test_the_plan_lists_every_job_the_sweep_launches(tmp_path: Path, args, exper
     p = planner(args, experiment=experiment)
     plan = p.plan()
     shown = preview(p, plan, tmp_path, time_steps=False)
-    records = [{"overrides": job, "status": "ok", "metrics": {"val": {"loss": float(n % 3)}}}
+    records = [Record(overrides=job, status="ok", metrics=Metrics(val=Score(loss=float(n % 3))))
                for n, job in enumerate(plan.jobs)]
     chosen, _ = choose_lr(records, plan)
     planned = _at_rates(shown, plan, chosen)

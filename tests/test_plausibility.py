@@ -26,7 +26,7 @@ from ablate.config import config_problems
 from ablate.job import Job, slurm_fields
 from ablate.report.cli import main as ablate_table
 from ablate.report.records import bench_speeds
-from ablate.results import RESULT_FILE, record_problems
+from ablate.record import RESULT_FILE, record_problems
 from ablate.run import run_job
 from ablate.sweep import load_sweep_records
 
@@ -105,7 +105,7 @@ def test_an_implausible_record_is_named_and_left_out_of_the_table(case: str, swe
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = load_sweep_records(directory)
-    assert EDITED not in {Path(r["_path"]).parent.name for r in records} and len(records) == len(JOBS) - 1
+    assert EDITED not in {r.path.parent.name for r in records} and len(records) == len(JOBS) - 1
     named = [str(w.message) for w in caught if str(path) in str(w.message)]
     assert len(named) == 1, [str(w.message) for w in caught]
     assert "\n" not in named[0] and field in named[0] and expected in named[0], named[0]
@@ -219,7 +219,7 @@ def test_a_relaunch_and_the_plan_do_not_trust_an_implausible_ok_record(sweep: Pa
     path.write_text(json.dumps(record))
     assert job_status(directory, overrides) == "rerun"
     rerun = run_job(compose_cfg([*TINY, *overrides]), Job(directory / EDITED, overrides, {}, str(directory), 2))
-    assert rerun["status"] == "ok" and 0 <= rerun["metrics"]["accuracy"] <= 1
+    assert rerun.status == "ok" and 0 <= rerun.metrics.accuracy <= 1
     assert record_problems(json.loads(path.read_text())) == []
 
 

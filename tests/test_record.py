@@ -103,7 +103,7 @@ def test_a_bad_record_is_refused_naming_every_problem() -> None:
         "status='done' (expected one of ok, diverged, failed, interrupted)",
         "metrics.accuracy=1.5 (expected a number in [0, 1])",
         "metrics.params=-3 (expected an integer >= 0)"]
-    with pytest.raises(RecordError, match="expected a JSON object"):
+    with pytest.raises(ValueError, match="expected a JSON object, got list"):
         Record.from_json([1, 2])
     with pytest.raises(RecordError, match=r"budget.steps='many' \(expected an integer\)"):
         Record.from_json({**EARLIER["first"], "budget": {"match": "tokens", "steps": "many"}})

@@ -132,14 +132,14 @@ def test_a_file_that_is_no_cache_is_ignored_and_kept_aside(form: str, good_cache
 def test_a_sweeps_end_keeps_its_step_times_beside_a_bad_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a sweep's end does with its records' step times (``remember(record_samples(...))``)."""
     from ablate.preview import record_samples
+    from ablate.record import JobEntry, Metrics, Record
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     path = cache_path()
     path.parent.mkdir()
     path.write_text(json.dumps({UNRELATED: {"samples": [{"step_s": 0.1}], "at": "yesterday"}}))
-    record = {"status": "ok", "config": {"model": {"d_model": 16}},
-              "job": {"dir": "a", "started_at": 1.0},
-              "metrics": {"step_time_s": {"median": 0.02}, "steps": 10, "wall_time_s": 3.0}}
+    record = Record(status="ok", config={"model": {"d_model": 16}}, job=JobEntry(dir="a", started_at=1.0),
+                    metrics=Metrics(step_time_s={"median": 0.02}, steps=10, wall_time_s=3.0))
     samples = record_samples([record])
     remember(samples)
     (key,) = samples

@@ -86,7 +86,7 @@ def test_a_stop_signal_during_set_up_stops_at_once_and_records_interrupted(tmp_p
     from conftest import compose_cfg
 
     from ablate.job import Job
-    from ablate.results import read_record
+    from ablate.record import read_record
     from ablate.run import _stopped, run_job
 
     cfg = compose_cfg(["trainer=debug", "logger=none", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
@@ -111,6 +111,6 @@ def test_a_stop_signal_during_set_up_stops_at_once_and_records_interrupted(tmp_p
     assert sent and time.monotonic() - sent[0] < 5, "stopped at once, not after the 20 s set-up"
     assert stopped.value.code == 128 + signal.SIGTERM
     record = read_record(job.dir)
-    assert record["status"] == "interrupted" and "during set-up" in record["error"], record["error"]
-    assert record["metrics"].get("steps") is None
+    assert record.status == "interrupted" and "during set-up" in record.error, record.error
+    assert record.metrics.steps is None
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handlers are given back
