@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-from conftest import compose_cfg
+from conftest import IN_PROCESS, compose_cfg
 
 from ablate.components import PositiveInt
+from ablate.compose import tiny_overrides
 from ablate.config import config_problems
 from ablate.job import Job
 from ablate.optim import warmup_cosine
 from ablate.run import run_job
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
-        "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "trainer.enable_progress_bar=false"]
+TINY = tiny_overrides(*IN_PROCESS, without=["logger", "eval.every"])  # a logger per test, the default eval.every
 USER = f"{__name__}.CountingCallback"
 
 

@@ -8,17 +8,16 @@ from pathlib import Path
 
 import mlflow  # noqa: F401 - imported here, at collection: its import runs `uname -p` once (platform.processor),
 import pytest  # a process the fast tier's guard refuses inside a test; ablate's import of it is then cached
-from conftest import compose_cfg
+from conftest import IN_PROCESS, compose_cfg
 
+from ablate.compose import tiny_overrides
 from ablate.config import config_problems
 from ablate.job import Job
 from ablate.lit import curve_steps
 from ablate.run import run_job
 from ablate.loggers import logger_names, mlflow_key, safe_name
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
-        "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "trainer.enable_progress_bar=false",
-        "trainer.max_steps=6", "eval.every=2", "optim.warmup_steps=2"]
+TINY = tiny_overrides(*IN_PROCESS, "trainer.max_steps=6", "optim.warmup_steps=2", without=["logger"])  # a logger per test
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

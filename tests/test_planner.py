@@ -9,18 +9,17 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import QUIET, compose_cfg
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.compose import tiny_overrides
 from ablate.paths import CONF_DIR
 from ablate.planner import Planner, SweepError, choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
-from ablate.resolvers import register_resolvers
 from ablate.record import Metrics, Record, Score
 from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key, same_jobs
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=8",
-        "trainer.max_steps=6", "logger=none"]
+TINY = tiny_overrides(*QUIET)
 
 
 def _fixed(arguments: list[str]) -> list[str]:
@@ -30,10 +29,8 @@ def _fixed(arguments: list[str]) -> list[str]:
 
 def sweep_config(arguments: list[str], experiment: str | None = None) -> DictConfig:
     """A multirun's composed config (with its ``hydra`` node), as Hydra gives it to the sweeper."""
-    register_resolvers()
     fixed = _fixed(arguments) + ([f"experiment={experiment}"] if experiment else [])
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name="config", overrides=fixed, return_hydra_config=True)
+    return compose_cfg(fixed, hydra_config=True)
 
 
 class FakeCompose:
@@ -192,7 +189,8 @@ def test_a_designs_budget_baseline_is_its_base_row_at_each_value_of_the_other_ke
 
 def test_a_budget_with_swept_steps_is_refused() -> None:
     with pytest.raises(SweepError, match="cannot also be swept"):
-        planner(["trainer.max_steps=6,12", "budget.match=tokens", *TINY[:-2], "logger=none"], cost=fake_cost).plan()
+        planner(["trainer.max_steps=6,12", "budget.match=tokens", *tiny_overrides("logger=none")],
+                cost=fake_cost).plan()
 
 
 def test_a_smoke_test_keeps_its_own_steps_under_a_budget() -> None:
@@ -352,7 +350,7 @@ def test_the_documented_sweep_file_is_the_code() -> None:
 
 def test_a_ladder_gives_each_rung_tokens_in_proportion_to_its_parameters() -> None:
     p = planner(["model.size=xs,s", "seed=0,1", "budget.match=tokens_per_param", "budget.tokens_per_param=0.5",
-                 *[a for a in TINY if not a.startswith(("model.d_model", "model.n_heads", "model.n_layers"))]])
+                 *tiny_overrides(*QUIET, without=["model.d_model", "model.n_heads", "model.n_layers"])])
     plan = p.plan()
     assert plan.budget.match == "tokens_per_param" and plan.budget.tokens_per_param == 0.5
     assert plan.budget.baseline_of == {} and set(plan.budget.steps) == {"model.size=xs", "model.size=s"}
@@ -445,7 +443,7 @@ def _at_rates(shown, plan: SweepPlan, chosen: dict[str, float]) -> list[list[str
     # two widths x two seeds, tuned at the smallest: 2 tuning runs, then seed 1 at d_model=16 and both
     # seeds at d_model=32, which has no tuning run of its own (--plan listed 4 of the 5)
     (["model.d_model=16,32", "tune.lr=[0.01]", "tune.rungs=smallest", "model.parametrization=mup",
-      "model.mup_base_width=16", "seed=0,1", *[a for a in TINY if not a.startswith("model.d_model")]], None, 5),
+      "model.mup_base_width=16", "seed=0,1", *tiny_overrides(*QUIET, without=["model.d_model"])], None, 5),
     # experiment=ladder: 3 rows x 3 rates at the smallest rung, then 18 - 3 final runs (--plan listed 18 of 24)
     (["tune.lr=[1e-3,1e-2]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=32"],
      "ladder", 24),
@@ -477,8 +475,8 @@ def test_a_real_sweep_launches_the_jobs_its_plan_lists(tmp_path: Path) -> None:
     from conftest import run_cli
 
     args = ["model.d_model=16,32", "tune.lr=[0.01]", "tune.rungs=smallest", "model.parametrization=mup",
-            "model.mup_base_width=16", "seed=0,1", "measure.warmup_steps=0",
-            *[a for a in TINY if not a.startswith(("model.d_model", "trainer.max_steps"))], "trainer.max_steps=2"]
+            "model.mup_base_width=16", "seed=0,1",
+            *tiny_overrides(*QUIET, "measure.warmup_steps=0", "trainer.max_steps=2", without=["model.d_model"])]
     p = planner(args)
     plan = p.plan()
     shown = preview(p, plan, tmp_path / "sweep", time_steps=False)
@@ -502,7 +500,7 @@ def test_a_ladder_table_without_a_swept_size_is_refused_before_training() -> Non
         planner(["qkv_sharing=independent,qk_shared", "experiment.ladder=on", *TINY], sweeper="basic").plan()
     for fine in (["model.d_model=16,32", "experiment.ladder=on"], ["qkv_sharing=independent,qk_shared"],
                  ["qkv_sharing=independent,qk_shared", "experiment.ladder=off"]):
-        planner([*[a for a in TINY if not a.startswith("model.d_model")], *fine]).plan()
+        planner([*tiny_overrides(*QUIET, without=["model.d_model"]), *fine]).plan()
 
 
 # ---------------------------------------------------------------------------------- two sweeps at once

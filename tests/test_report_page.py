@@ -14,17 +14,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import compose_cfg
+from conftest import IN_PROCESS, compose_cfg
 
+from ablate.compose import tiny_overrides
 from ablate.job import Job
 from ablate.report import REPORT_FILE, build_table, load
 from ablate.report.cli import main as ablate_table
 from ablate.run import run_job
 from ablate.sweep import load_sweep_records
 
-TINY = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4",
-        "task.seq_len=16", "measure.warmup_steps=1", "measure.memory=false", "trainer.enable_progress_bar=false",
-        "logger=none", "eval.every=2"]
+TINY = tiny_overrides(*IN_PROCESS)
 JOBS = [["pos_enc=learned", "seed=0"], ["pos_enc=learned", "seed=1"], ["pos_enc=rope", "seed=0"],
         ["pos_enc=rope", "seed=1"], ["pos_enc=rope", "seed=0", "optim.lr=1e9"]]  # the last one diverges
 
