@@ -9,7 +9,9 @@ planner, the sweep-start callback and, as a safety net, the job itself.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from ablate.settings import RunSettings
 
 #: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
 LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
@@ -34,14 +36,12 @@ def ablate_sweeper_settings(cfg: DictConfig) -> list[str]:
     """The settings of ``cfg`` that only ablate's sweeper can honour, as ``key=value``: rows
     generated from a design, steps matched to a budget, a learning rate tuned per variant. Another
     sweeper would launch each job as if they were not there."""
-    found = []
-    if OmegaConf.select(cfg, "experiment.design") is not None:
-        found.append("experiment.design")
-    match = OmegaConf.select(cfg, "budget.match", default="steps")
-    if match != "steps":
-        found.append(f"budget.match={match}")
-    if OmegaConf.select(cfg, "tune.lr"):
-        found.append(f"tune.lr={list(OmegaConf.select(cfg, 'tune.lr'))}")
+    settings = RunSettings.of(cfg)
+    found = ["experiment.design"] if settings.experiment.design is not None else []
+    if settings.budget.match != "steps":
+        found.append(f"budget.match={settings.budget.match}")
+    if settings.tune.lr:
+        found.append(f"tune.lr={list(settings.tune.lr)}")
     return found
 
 

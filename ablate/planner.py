@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
-from ablate.settings import apply_smoke
+from ablate.settings import RunSettings, apply_smoke
 from ablate.record import Record
 from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
                           job_variant, override_key, same_jobs, split_override_string, swept_keys)
@@ -89,6 +89,7 @@ class Planner:
     def __init__(self, config: DictConfig, compose: Compose, cost: Cost | None = None,
                  sweeper: str = "ablate", arguments: list[str] | None = None) -> None:
         self.config, self.sweeper = config, sweeper
+        self.settings = RunSettings.of(config)  # the run-level settings, read once
         self.arguments = list(config.hydra.overrides.task) if arguments is None else list(arguments)
         self._compose, self._cost = compose, cost
         self._configs: dict[tuple[str, ...], DictConfig] = {}
@@ -153,7 +154,7 @@ class Planner:
             except ValueError as error:
                 raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
             first = tuning_jobs(definition, swept, tune)
-        match = str(OmegaConf.select(self.config, "budget.match", default="steps"))  # steps: each its own
+        match = self.settings.budget.match  # steps: each its own
         budget = None
         if match != "steps" and self.config.get("smoke") is not True:  # a smoke test: few steps
             try:
@@ -171,8 +172,7 @@ class Planner:
     def _ladder_refusal(self, swept: list[str]) -> str | None:
         """``experiment.ladder=on`` asks for the table as a scale ladder, whose rungs are the values of a
         swept size key; a sweep without one would train every job and then have no table to save."""
-        mode = str(OmegaConf.select(self.config, "experiment.ladder", default="auto"))
-        if mode != "on" or any(k in swept for k in SIZE_KEYS):
+        if self.settings.experiment.ladder != "on" or any(k in swept for k in SIZE_KEYS):
             return None
         others = ", ".join(k for k in swept if k != "seed") or "no key but the seed"
         return (f"experiment.ladder=on lays the table out as a scale ladder, whose rungs are the values of a swept "
@@ -180,8 +180,7 @@ class Planner:
                 "(e.g. model.size=3xs,2xs,xs), or set experiment.ladder=auto or off")
 
     def _design(self) -> dict | None:
-        design = OmegaConf.select(self.config, "experiment.design")
-        return OmegaConf.to_container(design, resolve=True) if design else None
+        return self.settings.experiment.design or None
 
     @staticmethod
     def _design_jobs(jobs: list[list[str]], design: dict | None) -> list[list[str]]:
@@ -198,7 +197,8 @@ class Planner:
         return [[f"{k}={v}" for k, v in row.items()] + job for _, row in rows for job in jobs]
 
     def _tuning(self, definition: list[list[str]]) -> Tuning | None:
-        grid = [float(x) for x in (OmegaConf.select(self.config, "tune.lr", default=None) or [])]
+        tune = self.settings.tune
+        grid = [float(x) for x in tune.lr]
         if not grid:
             return None
         if any(override_key(o) == LR_KEY for job in definition for o in job):
@@ -207,9 +207,8 @@ class Planner:
         default = float(self.config.optim.lr)
         seeds = [int(_value(job, "seed")) for job in definition if _value(job, "seed") is not None]
         return Tuning(lr=sorted(set(grid) | {default}), default_lr=default,
-                      seeds=[int(s) for s in self.config.tune.seeds], metric=str(self.config.tune.metric),
-                      final_seeds=sorted(set(seeds)) or [int(self.config.seed)],
-                      rungs=str(OmegaConf.select(self.config, "tune.rungs", default="all")))
+                      seeds=[int(s) for s in tune.seeds], metric=tune.metric,
+                      final_seeds=sorted(set(seeds)) or [int(self.config.seed)], rungs=tune.rungs)
 
     def _rung_transfer(self, definition: list[list[str]], swept: list[str]) -> dict[str, str]:
         """``tune.rungs=smallest``: each variant of a larger model size -> the variant of the same row
@@ -305,7 +304,7 @@ class Planner:
         """``budget.match=tokens_per_param``: each job trains on ``budget.tokens_per_param`` tokens per
         parameter of its own model (a scale ladder's rule: Hoffmann et al. 2022's compute-optimal
         ratio is about 20), i.e. ``round(ratio * params / tokens per step)`` steps, at least 1."""
-        ratio = float(OmegaConf.select(self.config, "budget.tokens_per_param"))
+        ratio = float(self.settings.budget.tokens_per_param)
         jobs, budget = [], Budget(match="tokens_per_param", tokens_per_param=ratio)
         for job in definition:
             cost = self.cost(job)
@@ -317,7 +316,7 @@ class Planner:
     def _budget_baseline(self, definition: list[list[str]], swept: list[str], match: str) -> dict[str, str | None]:
         """The values that make a job its own baseline (see :meth:`budget`); None: the key's
         override is dropped (a design key its base row leaves at the config's value)."""
-        spec = OmegaConf.select(self.config, "experiment.baseline", default=None)
+        spec = self.settings.experiment.baseline
         if spec and "=" in str(spec):
             return split_override_string(str(spec))
         design = self._design()

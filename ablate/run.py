@@ -28,7 +28,7 @@ from ablate.config import ConfigError, validate
 from ablate.console import print_job_line
 from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
-from ablate.settings import apply_smoke
+from ablate.settings import RunSettings, apply_smoke
 from ablate.record import BudgetEntry, Record, TuneEntry, WandbEntry, read_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
 from ablate.loggers import sweep_group, uses_wandb
@@ -58,8 +58,9 @@ def run_job(cfg: DictConfig, job: Job) -> Record:
     validation_started = time.perf_counter()
     apply_smoke(cfg)
     validate(cfg)
-    if cfg.tune.lr and job.sweep_dir is None:
-        raise ConfigError(f"tune.lr={list(cfg.tune.lr)} tunes the learning rate across the runs of a sweep; "
+    settings = RunSettings.of(cfg)  # read once: the job, its training and its record take these
+    if settings.tune.lr and job.sweep_dir is None:
+        raise ConfigError(f"tune.lr={list(settings.tune.lr)} tunes the learning rate across the runs of a sweep; "
                           "run it as one: ablate -m tune.lr=... (and the variants to compare)")
     if job.sweeper not in (None, "ablate"):  # the sweep-start check refuses these; a safety net
         refusal = sweeper_refusal(cfg, job.sweeper)
@@ -75,7 +76,7 @@ def run_job(cfg: DictConfig, job: Job) -> Record:
         return _running_elsewhere(job)
     try:
         done = _done_already(job)  # again, under the lock: another process may have finished it meanwhile
-        return done if done is not None else _train_job(cfg, job, validation_started)
+        return done if done is not None else _train_job(cfg, settings, job, validation_started)
     finally:
         job.release()
 
@@ -97,12 +98,12 @@ def _running_elsewhere(job: Job) -> Record:
     return Record(status="running", overrides=job.overrides, choices=job.choices, job=job.record_fields())
 
 
-def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> Record:
+def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_started: float) -> Record:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     group = sweep_group(cfg, job.sweep_dir)
     record = Record(status="failed", overrides=job.overrides, choices=job.choices,
                     experiment=_experiment_entry(resolved["experiment"]), config=resolved,
-                    budget=_budget_entry(cfg, job), tune=_tune_entry(job), job=job.record_fields())
+                    budget=_budget_entry(cfg, settings, job), tune=_tune_entry(job), job=job.record_fields())
     run = None
     started = time.perf_counter()
     stop = StopSignals()
@@ -116,8 +117,8 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> Record:
             from ablate.lit import Checkpointer, checkpoint_state
             from ablate.train import train
 
-            checkpointer = Checkpointer(job.dir / CHECKPOINT, int(cfg.checkpoint.every_n_steps),
-                                        bool(cfg.checkpoint.keep))
+            checkpointer = Checkpointer(job.dir / CHECKPOINT, settings.checkpoint.every_n_steps,
+                                        settings.checkpoint.keep)
             stop.checkpointer = checkpointer
             resume = checkpoint_state(checkpointer.path) if checkpointer.path.is_file() else None
             wandb_started = time.perf_counter()
@@ -140,9 +141,9 @@ def _train_job(cfg: DictConfig, job: Job, validation_started: float) -> Record:
             interrupt.act_on_held()
             stop.act_on_held()
             started = time.perf_counter()
-            train(cfg, job, run, record.metrics, checkpointer, resume)
+            train(cfg, job, run, record.metrics, checkpointer, resume, settings.eval)
             record.status = "ok"
-            if not cfg.checkpoint.keep:
+            if not settings.checkpoint.keep:
                 shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
         except BaseException as error:  # noqa: BLE001 - every failure is recorded, then handled below
             stop.settle()
@@ -211,11 +212,11 @@ def _experiment_entry(experiment: dict[str, Any]) -> dict[str, Any]:
             "baseline": experiment.get("baseline") or next(iter(labels), None)}
 
 
-def _budget_entry(cfg: DictConfig, job: Job) -> BudgetEntry:
+def _budget_entry(cfg: DictConfig, settings: RunSettings, job: Job) -> BudgetEntry:
     """The record's ``budget``: what was matched, the steps this job was given, its baseline and, for
     a budget matched to a baseline's tokens or FLOPs, that baseline's totals (the caption says them)."""
     plan = job.sweep.budget if job.sweep is not None else None
-    entry = BudgetEntry(match=str(cfg.budget.match), steps=int(cfg.trainer.max_steps))
+    entry = BudgetEntry(match=settings.budget.match, steps=int(cfg.trainer.max_steps))
     if plan is not None:
         entry.baseline = plan.baseline_of.get(job.variant)
         entry.baseline_tokens = plan.baseline_tokens.get(job.variant)

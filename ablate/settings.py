@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -140,6 +140,39 @@ class TuneSettings:
         if isinstance(seeds, list) and not seeds and settings.get("lr"):
             return ["tune.seeds=[] gives the tuning runs no seed; e.g. tune.seeds=[0]"]
         return []
+
+
+T = TypeVar("T")
+
+
+def read_settings(cls: type[T], node: Any) -> T:
+    """A config node (validated) as its settings class: the keys the class names, each absent one at
+    the class's default (the one default of that key: ``tests/test_settings.py`` holds it to
+    ``conf/config.yaml``'s); other keys (a user's additions to an experiment) are not its business."""
+    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class RunSettings:
+    """The run-level nodes that the planner and a job read (``experiment``, ``eval``, ``budget``,
+    ``checkpoint``, ``tune``), read once from a config: what crosses from the config into the
+    planner, the job and its record is these objects, not the raw config with defaults of its own."""
+
+    experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    tune: TuneSettings = field(default_factory=TuneSettings)
+
+    @classmethod
+    def of(cls, cfg: Any) -> "RunSettings":
+        return cls(experiment=read_settings(ExperimentSettings, cfg.get("experiment")),
+                   eval=read_settings(EvalSettings, cfg.get("eval")),
+                   budget=read_settings(BudgetSettings, cfg.get("budget")),
+                   checkpoint=read_settings(CheckpointSettings, cfg.get("checkpoint")),
+                   tune=read_settings(TuneSettings, cfg.get("tune")))
 
 
 #: what a job may return to the sweeper (``optimized_metric``): a validation metric at the end of

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.job import Job
 from ablate.record import Metrics, Score
+from ablate.settings import EvalSettings, read_settings
 
 
 def _loggers(cfg: DictConfig, job: Job, run: Any) -> list[Any]:
@@ -116,7 +117,7 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
 
 
 def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: Any = None,
-          resume: dict[str, Any] | None = None) -> None:
+          resume: dict[str, Any] | None = None, evaluation: EvalSettings | None = None) -> None:
     """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
     split); evaluate on the test split at every length; measure.
 
@@ -129,6 +130,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     from ablate.optim import make_optimizer
 
     clock = time.perf_counter()
+    evaluation = evaluation or read_settings(EvalSettings, cfg.get("eval"))
     time_s = metrics.time_s  # where the job's time went (docs/internals.md)
     quiet_lightning()
     if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
@@ -143,7 +145,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
                    torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)
     curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
-                          curve_steps(int(cfg.trainer.max_steps), int(cfg.eval.every), float(cfg.eval.early_fraction)),
+                          curve_steps(int(cfg.trainer.max_steps), evaluation.every, evaluation.early_fraction),
                           tokens_per_step, fpt)
     metrics.history = curve.history  # the same list: a run that fails keeps the points it reached
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
@@ -188,7 +190,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
                                    cfg.measure.get("peak_flops"),
                                    recomputes=recomputed_flops(model, data.seq_len, data.batch_size) > 0))
     if curve.history:
-        early_step = max(1, round(float(cfg.eval.early_fraction) * trainer.global_step))
+        early_step = max(1, round(evaluation.early_fraction * trainer.global_step))
         early = min(curve.history, key=lambda p: abs(p.step - early_step))
         last = curve.history[-1]
         metrics.update(val=Score(loss=last.loss, accuracy=last.accuracy),

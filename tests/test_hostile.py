@@ -281,7 +281,7 @@ def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(
     assert [line for line in err.splitlines() if "stopped by SIGTERM" in line], err[-2000:]
     (record,) = records(tmp_path / "run")
     assert record["status"] == "interrupted" and "during set-up" in record["error"], record["error"]
-    assert "traceback" not in record and record["wandb"] is not None
+    assert record["traceback"] is None and record["wandb"] is not None  # a stop is its own explanation
     first_run = record["wandb"]["id"]
     assert wandb_summary(record["wandb"]["dir"])["summary"]["status"] == "interrupted"  # its run finished
 
@@ -293,7 +293,7 @@ def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(
     assert record["status"] == "interrupted" and record["error"].startswith("interrupted by Ctrl-C (SIGINT) at step "), \
         record["error"]
     assert record["error"].endswith("checkpoint saved"), record["error"]
-    assert "traceback" not in record and record["wandb"]["id"] == first_run  # one job, one wandb run
+    assert record["traceback"] is None and record["wandb"]["id"] == first_run  # one job, one wandb run
     table = run_cli([str(tmp_path / "run"), "--format", "csv", "--no-wandb"], tmp_path, script="ablate-table")
     (row,) = csv.DictReader(io.StringIO(table.stdout))
     assert row["status"] == "1 interrupted" and row["n_failed"] == "0" and row["n"] == "0"

@@ -90,10 +90,14 @@ def test_flops_budget_gives_cheaper_variants_more_steps(tmp_path: Path, tiny: li
     assert base["metrics"]["steps"] == 12 and shared["metrics"]["steps"] > 12
     step_flops = shared["metrics"]["train_flops"] / shared["metrics"]["steps"]
     assert abs(shared["metrics"]["train_flops"] - base["metrics"]["train_flops"]) <= step_flops / 2 + 1
-    assert shared["budget"] == {"match": "flops", "steps": shared["metrics"]["steps"],
-                                "baseline": "qkv_sharing=independent"}
+    assert shared["budget"] == {"match": "flops", "steps": shared["metrics"]["steps"], "tokens_per_param": None,
+                                "baseline": "qkv_sharing=independent", "baseline_tokens": base["metrics"]["tokens"],
+                                "baseline_train_flops": pytest.approx(base["metrics"]["train_flops"])}
     budget = json.loads((sweep / "sweep.json").read_text())["budget"]
     assert budget["steps"]["qkv_sharing=qkv_shared"] == shared["metrics"]["steps"]
+    # the caption says what was matched, from what the jobs recorded (it read keys no job wrote before)
+    flops = f"{base['metrics']['train_flops']:.2g}".replace("e+", "e")
+    assert f"training FLOPs matched to the baseline's (±1 step): {flops} per run" in (sweep / "table.md").read_text()
 
 
 @pytest.mark.slow
