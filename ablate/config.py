@@ -179,7 +179,7 @@ def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
         return [f"callbacks must map a name to each callback ({{name: {{_target_: ..., setting: value}}}}), "
                 f"got {callbacks!r}"]
     needs_a_logger = tuple(getattr(pl.callbacks, name) for name in NEEDS_A_LOGGER)
-    from ablate.lit import callback_problems
+    from ablate.curve import callback_problems
     from ablate.loggers import logger_names
 
     no_logger = isinstance(logger, Mapping) and not logger_names(logger)

@@ -65,7 +65,7 @@ def configured_callbacks(cfg: DictConfig, job_dir: str | Path | None = None) -> 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
     from ablate.components import resolve
-    from ablate.lit import checkpoint_dir, prepare_callbacks
+    from ablate.curve import checkpoint_dir, prepare_callbacks
 
     node = cfg.get("callbacks")
     nodes = OmegaConf.to_container(node, resolve=True) if node is not None else {}
@@ -124,8 +124,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
     from pytorch_lightning.callbacks import ProgressBar
 
-    from ablate.lit import (LearningCurve, SpeedMeter, StepProgressBar, curve_steps, early_stop_entry, masked_loss,
-                            model_checkpoint_entry)
+    from ablate.curve import LearningCurve, curve_steps, early_stop_entry, model_checkpoint_entry
+    from ablate.lit import SpeedMeter, StepProgressBar, masked_loss
     from ablate.memory import measure_training_memory
     from ablate.optim import make_optimizer
 

@@ -51,7 +51,7 @@ def test_a_budget_step_counts_every_accumulated_batch() -> None:
 # ---------------------------------------------------------------------------------- early loss
 
 def test_early_loss_is_read_at_the_configured_fraction_of_training() -> None:
-    from ablate.lit import curve_steps
+    from ablate.curve import curve_steps
 
     assert curve_steps(800, 0) == [200, 800] and curve_steps(800, 0, 0.125) == [100, 800]
     assert curve_steps(8, 4, 0.5) == [4, 8]

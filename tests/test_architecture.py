@@ -17,7 +17,7 @@ the layers below it, never above:
     foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops
     records         ablate.results, ablate.record, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
-    training        ablate.lit, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
+    training        ablate.lit, ablate.curve, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
                     ablate.settings, ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
                     ablate.run, ablate.timing
     planning        ablate.planner, ablate.preview
@@ -42,7 +42,7 @@ LAYERS = {
     "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops"],
     "records": ["ablate.results", "ablate.record", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
-    "training": ["ablate.lit", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",
+    "training": ["ablate.lit", "ablate.curve", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",
                  "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
                  "ablate.run", "ablate.timing"],

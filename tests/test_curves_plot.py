@@ -12,7 +12,7 @@ from conftest import compose_cfg
 from test_table import record
 
 from ablate.record import CurvePoint, Record
-from ablate.lit import curve_steps
+from ablate.curve import curve_steps
 from ablate.report import build_table
 from ablate.report.plot import MIN_CURVE_POINTS, curves, curves_figure
 

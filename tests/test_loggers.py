@@ -13,7 +13,7 @@ from conftest import IN_PROCESS, compose_cfg
 from ablate.compose import tiny_overrides
 from ablate.config import config_problems
 from ablate.job import Job
-from ablate.lit import curve_steps
+from ablate.curve import curve_steps
 from ablate.run import run_job
 from ablate.loggers import logger_names, mlflow_key, safe_name
 
