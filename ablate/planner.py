@@ -8,7 +8,8 @@ batch. Three things a fair ablation needs do not fit a product launched at once:
 * ``budget.match=tokens|flops``: each job's ``trainer.max_steps`` follows from its own and its
   baseline's cost, so a cheaper variant trains for more steps (:meth:`Planner.budget`);
 * ``tune.lr=[...]``: the seeds may only start once each variant's learning rate has been chosen on
-  the validation split, i.e. after a first stage of runs (:func:`choose_lr`).
+  the validation split, i.e. after a first stage of runs (``ablate.tuning``: the stages' jobs and
+  :func:`ablate.tuning.choose_lr`).
 
 :class:`Planner` turns a multirun's composed config into a :class:`ablate.sweep.SweepPlan` (the
 jobs, the budget, the tuning) and validates every job on the way; a sweep that cannot run raises
@@ -22,26 +23,22 @@ tests), and cached.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
 from ablate.settings import RunSettings, apply_smoke
-from ablate.record import Record
+from ablate.tuning import LR_KEY, no_seed, tuning_jobs
 from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep, job_signature,
-                          job_variant, override_key, same_jobs, split_override_string, swept_keys)
+                          job_value, job_variant, override_key, same_jobs, split_override_string, swept_keys)
 
-LR_KEY = "optim.lr"
 STEPS_KEY = "trainer.max_steps"
 #: the lock file in a sweep directory, held while a sweep checks the directory and records its plan there
 SWEEP_LOCK = ".sweep.lock"
-#: a final run's learning rate before its variant's tuning runs have chosen it (``--plan``)
-CHOSEN = "<chosen>"
 
 #: a job's config (without the ``hydra`` node) from its overrides
 Compose = Callable[[list[str]], DictConfig]
@@ -69,15 +66,6 @@ def launcher_compose(config: DictConfig) -> Compose:
     return compose
 
 
-def lr_text(lr: float) -> str:
-    """A learning rate as override text: short and exact (``0.001``, ``3e-05``)."""
-    return repr(float(lr))
-
-
-def _value(job: Iterable[str], key: str) -> str | None:
-    return next((o.split("=", 1)[1] for o in job if override_key(o) == key), None)
-
-
 class Planner:
     """Plans the multirun of ``config`` (composed with its ``hydra`` node) once.
 
@@ -100,7 +88,7 @@ class Planner:
         with those steps)."""
         key = job_signature(job)
         if key not in self._configs:
-            steps = _value(job, STEPS_KEY)
+            steps = job_value(job, STEPS_KEY)
             unbudgeted = job_signature(o for o in job if override_key(o) != STEPS_KEY)
             if steps is not None and unbudgeted in self._configs and unbudgeted != key:
                 cfg = self._configs[unbudgeted].copy()
@@ -112,7 +100,7 @@ class Planner:
 
     def cost(self, job: list[str]) -> dict[str, float]:
         """What one step of a job costs (the same for every seed of it: costed once)."""
-        key = job_signature(_no_seed(job))
+        key = job_signature(no_seed(job))
         if key not in self._costs:
             if self._cost is None:
                 from ablate.train import job_cost
@@ -205,7 +193,7 @@ class Planner:
             raise ValueError(f"tune.lr chooses {LR_KEY} per variant; the command line cannot also set or sweep "
                              f"{LR_KEY} (remove it, or drop tune.lr)")
         default = float(self.config.optim.lr)
-        seeds = [int(_value(job, "seed")) for job in definition if _value(job, "seed") is not None]
+        seeds = [int(job_value(job, "seed")) for job in definition if job_value(job, "seed") is not None]
         return Tuning(lr=sorted(set(grid) | {default}), default_lr=default,
                       seeds=[int(s) for s in tune.seeds], metric=tune.metric,
                       final_seeds=sorted(set(seeds)) or [int(self.config.seed)], rungs=tune.rungs)
@@ -397,91 +385,6 @@ def directory_conflict(sweep_dir: str | Path, plan: SweepPlan) -> str | None:
         return None
     return (f"{sweep_dir} holds another sweep ({len(previous.definition)} jobs): launching this one there would "
             "be refused; add --redefine, or pick another hydra.sweep.dir")
-
-
-def _no_seed(job: list[str]) -> list[str]:
-    """A job's cost does not depend on its seed: one composition serves every seed."""
-    return [o for o in job if override_key(o) != "seed"]
-
-
-# ---------------------------------------------------------------------------------- tuning stages
-
-def tuning_jobs(definition: list[list[str]], swept: list[str], tune: Tuning) -> list[list[str]]:
-    """One job per variant x learning rate x tuning seed: the variant's first job with the seed
-    and the learning rate set (its other settings, e.g. a budget's steps, kept)."""
-    first_of: dict[str, list[str]] = {}
-    for job in definition:
-        if job_variant(job, swept) not in tune.transfer:  # tune.rungs=smallest: a larger rung reuses a lr
-            first_of.setdefault(job_variant(job, swept), _no_seed(job))
-    return [job + [f"seed={seed}", f"{LR_KEY}={lr_text(lr)}"]
-            for job in first_of.values() for lr in tune.lr for seed in tune.seeds]
-
-
-def final_jobs(plan: SweepPlan, chosen: dict[str, float]) -> list[list[str]]:
-    """The definition's jobs at each variant's chosen learning rate (a tuned sweep's second stage).
-    A job that does not sweep the seed names the one it runs at (the config's): the tuning run of
-    the same seed and rate is then the same job, found done, not trained and counted a second time."""
-    seed = [f"seed={plan.tune.final_seeds[0]}"] if plan.tune is not None and plan.tune.final_seeds else []
-    jobs = []
-    for job in plan.definition:
-        named = job if _value(job, "seed") is not None else job + seed
-        jobs.append(named + [f"{LR_KEY}={lr_text(chosen[plan.variant(job)])}"])
-    return jobs
-
-
-def final_stage(plan: SweepPlan, chosen: dict[str, float] | None = None) -> list[list[str]]:
-    """The jobs a tuned sweep launches after its tuning runs, in order: its final runs
-    (:func:`final_jobs`) less those that are a tuning run already (a tuned variant's run at a tuning
-    seed: its tuning run at the chosen rate). A variant that reuses another's rate
-    (``tune.rungs=smallest``) has no tuning runs, so all of its final runs are here. The one list both
-    the sweep (``chosen``: each variant's rate) and ``--plan`` (``chosen`` None: each job at
-    ``optim.lr=<chosen>``, its rate not known yet) use; empty for an untuned sweep.
-
-    Whether a final run is a tuning run does not depend on the rate chosen: a tuned variant has a
-    tuning run at every rate of the grid (and the rate chosen is one of them)."""
-    tune = plan.tune
-    if tune is None:
-        return []
-    tuning = {job_signature(job) for job in tuning_jobs(plan.definition, plan.swept, tune)}
-    rates = chosen if chosen is not None else {plan.variant(job): tune.lr[0] for job in plan.definition}
-    stage = [job for job in final_jobs(plan, rates) if job_signature(job) not in tuning]
-    if chosen is None:
-        stage = [[o for o in job if override_key(o) != LR_KEY] + [f"{LR_KEY}={CHOSEN}"] for job in stage]
-    return stage
-
-
-def choose_lr(records: list[Record], plan: SweepPlan) -> tuple[dict[str, float], dict[str, dict[str, float | None]]]:
-    """Each variant's learning rate, chosen on the validation split of its tuning runs.
-
-    The score of a learning rate is the mean over the tuning seeds of the validation loss (or of
-    minus the validation accuracy, ``tune.metric=accuracy``); a run that diverged or failed scores
-    +inf. The lowest finite score wins; on a tie, the smaller learning rate. A variant whose every
-    run failed keeps the shared default. Returns ``(chosen, scores)``: the scores per variant and lr
-    (``lr_text``) as the metric itself, None where no run finished."""
-    tune = plan.tune
-    if tune is None:
-        raise ValueError("choose_lr: this sweep tunes no learning rate (tune.lr is empty)")
-    sign = 1.0 if tune.metric == "loss" else -1.0
-    outcome: dict[tuple[str, ...], float] = {}
-    for record in records:
-        value = getattr(record.metrics.val, tune.metric, None)
-        ok = record.ok and isinstance(value, (int, float)) and math.isfinite(value)
-        outcome[job_signature(record.overrides)] = sign * value if ok else math.inf
-    runs: dict[str, dict[float, list[float]]] = {}
-    for job in tuning_jobs(plan.definition, plan.swept, tune):
-        per_lr = runs.setdefault(plan.variant(job), {}).setdefault(float(_value(job, LR_KEY)), [])
-        if job_signature(job) in outcome:
-            per_lr.append(outcome[job_signature(job)])
-    chosen: dict[str, float] = {}
-    scores: dict[str, dict[str, float | None]] = {}
-    for variant, per_lr in runs.items():
-        means = {lr: sum(v) / len(v) for lr, v in per_lr.items() if v}
-        finite = {lr: m for lr, m in means.items() if math.isfinite(m)}
-        scores[variant] = {lr_text(lr): sign * finite[lr] if lr in finite else None for lr in per_lr}
-        chosen[variant] = min(finite, key=lambda lr: (finite[lr], lr)) if finite else tune.default_lr
-    for variant, source in tune.transfer.items():  # tune.rungs=smallest: the smallest rung's choice
-        chosen[variant] = chosen.get(source, tune.default_lr)
-    return chosen, scores
 
 
 def variant_configs(planner: Planner, plan: SweepPlan, jobs: list[list[str]] | None = None) -> dict[str, DictConfig]:

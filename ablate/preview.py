@@ -34,7 +34,8 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
-from ablate.planner import CHOSEN, LR_KEY, Planner, directory_conflict, final_stage, variant_configs
+from ablate.planner import Planner, directory_conflict, variant_configs
+from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
 from ablate.sweep import SweepPlan, job_signature
@@ -162,7 +163,7 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
             setup_s: float = 0.0) -> Preview:
     """The plan of a validated sweep as data. A tuned sweep's final jobs, whose learning rate the
     tuning runs choose, are listed "after tuning" (``optim.lr=<chosen>``): exactly the jobs the sweep
-    launches after its tuning runs (:func:`ablate.planner.final_stage`), so a tuned variant's run at
+    launches after its tuning runs (:func:`ablate.tuning.final_stage`), so a tuned variant's run at
     a tuning seed, which is one of its tuning runs, is not counted twice, and a larger rung that
     reuses the smallest rung's rate (``tune.rungs=smallest``) has all of its runs here. ``time_steps``: time here each variant still to run that no earlier
     run or timing covers (else those have no estimate). ``setup_s``: start-up and planning to add."""

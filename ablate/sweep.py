@@ -289,6 +289,11 @@ def design_labels(design: Any) -> dict[str, str]:
     return {variant_key({k: v for k, v in row.items() if k in varying}): label for label, row in design_rows(design)}
 
 
+def job_value(job: Iterable[str], key: str) -> str | None:
+    """The value a job's overrides give ``key`` (None when they do not set it)."""
+    return next((o.split("=", 1)[1] for o in job if override_key(o) == key), None)
+
+
 def job_signature(overrides: Iterable[str] | None) -> tuple[str, ...]:
     """A job's identity within a sweep: its overrides, order aside."""
     return tuple(sorted(str(o) for o in overrides or []))

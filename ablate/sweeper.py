@@ -39,7 +39,8 @@ from omegaconf import OmegaConf
 from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
 from ablate.launchers import launcher_kind
 from ablate.loggers import uses_wandb
-from ablate.planner import Planner, SweepError, choose_lr, final_stage, launcher_compose, lr_text
+from ablate.planner import Planner, SweepError, launcher_compose
+from ablate.tuning import choose_lr, final_stage, lr_text
 from ablate.record import load_records
 from ablate.stops import STOP_SIGNALS, SignalHandlers
 from ablate.sweep import SweepPlan

@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.compose import tiny_overrides
 from ablate.paths import CONF_DIR
-from ablate.planner import Planner, SweepError, choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
+from ablate.planner import Planner, SweepError
+from ablate.tuning import choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
 from ablate.record import Metrics, Record, Score
 from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key, same_jobs
