@@ -15,7 +15,7 @@ Layers, lowest first (docs/internals.md, "Layers"); a module imports from its ow
 the layers below it, never above:
 
     foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops
-    records         ablate.results, ablate.record, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
+    records         ablate.results, ablate.record, ablate.record_checks, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.curve, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
                     ablate.settings, ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
@@ -40,7 +40,7 @@ PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
     "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops"],
-    "records": ["ablate.results", "ablate.record", "ablate.sweep", "ablate.jobdir"],
+    "records": ["ablate.results", "ablate.record", "ablate.record_checks", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.curve", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",
                  "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
@@ -227,7 +227,7 @@ def test_the_sweep_path_points_one_way() -> None:
         assert not {"ablate.planner", "ablate.preview", "ablate.sweeper", "ablate.callbacks", "ablate.cli"} & reached
         assert not [m for m in reached if m.startswith("ablate.report")]
     assert {"ablate.job", "ablate.train", "ablate.record"} <= set(graph["ablate.run"])
-    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.results"}
+    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.record_checks", "ablate.results"}
     report = set().union(*(_reaches(graph, m) for m in graph if m.startswith("ablate.report") and m != "ablate.report.cli"))
     assert "ablate.sweep" in report
     assert not {"ablate.job", "ablate.train", "ablate.run", "ablate.planner", "ablate.sweeper"} & report

@@ -26,7 +26,8 @@ from ablate.config import config_problems
 from ablate.job import Job, slurm_fields
 from ablate.report.cli import main as ablate_table
 from ablate.report.records import bench_speeds
-from ablate.record import RESULT_FILE, record_problems
+from ablate.record import RESULT_FILE
+from ablate.record_checks import record_problems
 from ablate.run import run_job
 from ablate.sweep import load_sweep_records
 
