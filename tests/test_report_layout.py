@@ -362,16 +362,17 @@ def test_wandb_logs_the_table_as_shown(tmp_path, monkeypatch):
 
 
 def test_a_pivoted_baseline_is_a_row_and_a_baseline_per_task_is_named_so():
-    from ablate.report.table import _mark_baselines, _pivot, _variant_rows
+    from ablate.report.comparisons import mark_baselines
+    from ablate.report.table import _pivot, _variant_rows
     recs = task_records()
     flat = _variant_rows(recs, {"task", "qkv_sharing"}, {}, [])
     shown = _pivot(flat, "task", {})
     # pivoted on task, "task=X,qkv_sharing=independent" names the row: every column has its own baseline
-    base, base_of, label = _mark_baselines(f"task={TASKS[0]},qkv_sharing=independent", None, shown, "task")
+    base, base_of, label = mark_baselines(f"task={TASKS[0]},qkv_sharing=independent", None, shown, "task")
     assert base.key == "qkv_sharing=independent" and base_of == {} and label == "independent"
     assert base.is_baseline and all(c.is_baseline for c in base.cells.values())
     # not pivoted, a baseline naming only qkv_sharing is each task's own
     flat = _variant_rows(recs, {"task", "qkv_sharing"}, {}, [])
-    base, base_of, label = _mark_baselines("qkv_sharing=independent", None, flat, None)
+    base, base_of, label = mark_baselines("qkv_sharing=independent", None, flat, None)
     assert label == "qkv_sharing=independent (per task)" and len(set(map(id, base_of.values()))) == len(TASKS)
     assert all(r.is_baseline == (r.overrides["qkv_sharing"] == "independent") for r in flat)

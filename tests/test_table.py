@@ -568,11 +568,11 @@ def test_speeds_come_from_a_bench_that_names_the_variants():
 
 
 def test_correction_runs_over_the_rows_shown_only():
-    from ablate.report.table import _correct
+    from ablate.report.comparisons import correct
     t = build_table(qkv_records())
     base, qk, qkv = t.rows
-    assert _correct([base, qk], None) == 1 and qk.p_corrected == qk.p_value  # one comparison: p itself
-    assert _correct(t.rows, None) == 2 and qk.p_corrected >= qk.p_value
+    assert correct([base, qk], None) == 1 and qk.p_corrected == qk.p_value  # one comparison: p itself
+    assert correct(t.rows, None) == 2 and qk.p_corrected >= qk.p_value
 
 
 def test_table_png_shows_the_delta_with_its_ci_and_the_marks_on_a_fitted_axis():

@@ -16,6 +16,8 @@ The package turns them into one row per variant, by concern:
 * ``tuned``: a tuned sweep's final runs (each variant's at its chosen lr) and its default-lr runs;
 * ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, in named stages: the baseline(s), a
   pivot of one swept key into columns, the comparisons, the rows chosen;
+* ``comparisons``: the baseline(s) marked, each row against its own (ratios, Δ and its CI, p), the
+  Holm–Bonferroni correction over the comparisons shown;
 * ``caption``: the words of a table (its caption and notes; ``SweepTable.caption()``);
 * ``table_columns``: every column a table can show (``columns``, ``csv_fields``) and its role:
   headline (the terminal's first block), paper (``table.tex``) or detail;

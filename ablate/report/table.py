@@ -20,7 +20,8 @@
   gives every variant the same data order and held-out data, so runs are paired by
   ``config.seed``), or Welch's test (``test="welch"``);
 * the rows chosen and ordered (``rows=[...]``); the p-values of the comparisons shown are then
-  Holm–Bonferroni-corrected and the marks (``*`` p<0.05, ``**`` p<0.01) use the corrected p.
+  Holm–Bonferroni-corrected and the marks (``*`` p<0.05, ``**`` p<0.01) use the corrected p
+  (the baselines and comparisons: ``comparisons``).
 
 The columns and the pivot default to the experiment's ``columns`` / ``rows``. What the table
 prints in words (its caption) is ``caption``'s; the rows are the variants of ``ablate.sweep`` (one
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
+from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
 from ablate.record import Record
@@ -43,10 +45,10 @@ from ablate.report.record_fields import (EarlyStops, SweepBudget, beyond_lengths
 from ablate.report.records import LoadedSweep, bench_speeds, sweep_of_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
-from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS, Comparison, holm, paired_test, ratio, welch_test
+from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS
 from ablate.report.table_columns import Column, Field, flat_columns, flat_fields
 from ablate.report.tuned import add_default_lr_runs, final_runs
-from ablate.sweep import group_by_variant, override_key, Tuning, split_override_string, variant_key, variants
+from ablate.sweep import group_by_variant, override_key, Tuning, variant_key, variants
 
 # Row, STATUSES and the row lookups are ``rows``'; they are imported from here too (ablate.report, formats).
 __all__ = ["STATUSES", "Row", "SweepTable", "build_table", "resolve_baseline", "resolve_rows", "split_rows"]
@@ -236,9 +238,9 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     shown = _pivot(flat, col_key, exp["labels"]) if col_key else flat
     values = list(dict.fromkeys(c for r in shown for c in r.cells)) if col_key else []
 
-    base, base_of, base_label = _mark_baselines(baseline, exp.get("baseline"), shown, col_key)
+    base, base_of, base_label = mark_baselines(baseline, exp.get("baseline"), shown, col_key)
     speed_source, speed_note, rounds = _speeds(bench, swept, flat)
-    _compare_with_baselines(shown, base, base_of, col_key, test, tuned=tune is not None)
+    compare_with_baselines(shown, base, base_of, col_key, test, tuned=tune is not None)
     if col_key:  # a pivoted row's accuracy: the mean of its cells' means
         for row in shown:
             row.accuracy_mean = row.avg
@@ -247,7 +249,7 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     wanted = _wanted_rows(rows, exp.get("rows"), shown)
     if wanted:
         shown = resolve_rows(wanted, shown, strict=rows is not None) or shown
-    n_comparisons = _correct(shown, col_key)
+    n_comparisons = correct(shown, col_key)
 
     return SweepTable(
         rows=shown, baseline=base_label, baseline_key=base.key, metric=_table_metric(flat, records),
@@ -356,68 +358,6 @@ def _table_metric(flat: list[Row], records: list[Record]) -> str:
     return " / ".join(row_metrics) or str(first_value(records, lambda r: r.metrics.metric) or "accuracy")
 
 
-# ---------------------------------------------------------------------------------------------
-# The baselines and the comparisons with them
-# ---------------------------------------------------------------------------------------------
-
-def _mark_baselines(given: str | None, default: Any, shown: list[Row],
-                    col_key: str | None) -> tuple[Row, dict[str, Row], str]:
-    """The baseline row, each row's own baseline (sweeps over several keys; else empty) and the
-    table's name for the baseline; marks them ``is_baseline`` (a pivoted baseline row's cells too).
-
-    ``given`` (strict: an unknown one raises) > ``experiment.baseline`` > the first row. Pivoted,
-    the baseline is a row, so the columns key is dropped from it: every column has its own."""
-    spec = given or default
-    if spec and col_key:
-        spec = ",".join(f"{k}={v}" for k, v in split_override_string(str(spec)).items() if k != col_key) or \
-            (None if "=" in str(spec) else spec)
-    base, base_of = _baselines(str(spec) if spec else None, shown, strict=bool(given))
-    base.is_baseline = True
-    for row in base_of.values():
-        row.is_baseline = True
-    for row in shown:
-        if row.is_baseline:
-            for cell in row.cells.values():
-                cell.is_baseline = True
-    per_group = len(set(map(id, base_of.values()))) > 1
-    return base, base_of, f"{spec} (per {', '.join(_other_keys(base_of, spec))})" if per_group else base.label
-
-
-def _baselines(spec: str | None, rows: list[Row], strict: bool) -> tuple[Row, dict[str, Row]]:
-    """The baseline row, and for sweeps over several keys each row's own baseline.
-
-    A baseline that names only some swept keys (``qkv_sharing=independent`` in a sweep of
-    task x qkv_sharing) matches several rows: each row is then compared with the matching row
-    that has its other values (independent QKV on the same task)."""
-    if not spec:
-        return rows[0], {}
-    wanted = split_override_string(spec) if "=" in spec else {}
-    matches = [r for r in rows if wanted and wanted.items() <= r.overrides.items()]
-    exact = [r for r in matches if r.overrides == wanted]
-    if exact and len({frozenset(r.overrides) for r in matches}) > 1:
-        # a design's rows: one row is the baseline exactly, the others set keys it leaves at the
-        # config's value (norm.placement=post): they are compared with it, not with themselves
-        return exact[0], {}
-    if len(matches) > 1:
-        def rest(row: Row) -> dict[str, str]:
-            return {k: v for k, v in row.overrides.items() if k not in wanted}
-        base_of = {row.key: m for row in rows for m in matches if rest(m) == rest(row)}
-        return matches[0], base_of
-    try:
-        return resolve_baseline(spec, rows), {}
-    except ValueError:
-        if strict:
-            raise
-        if len(rows) > 1:
-            warnings.warn(f"experiment baseline {spec!r} has no records; using the first variant", stacklevel=3)
-        return rows[0], {}
-
-
-def _other_keys(base_of: dict[str, Row], spec: str) -> list[str]:
-    wanted = split_override_string(spec)
-    return sorted({k for row in base_of.values() for k in row.overrides if k not in wanted})
-
-
 def _speeds(bench: dict | None, swept: set[str], flat: list[Row]) -> tuple[str, str, int | None]:
     """Where the speed column comes from (``"records"`` | ``"bench"``), the caption's sentence on
     it, and the benchmark's rounds. A ``bench.json`` naming the sweep's variants replaces each
@@ -433,46 +373,3 @@ def _speeds(bench: dict | None, swept: set[str], flat: list[Row]) -> tuple[str, 
                 row.tokens_per_s = speeds.get(row.key)
             return "bench", bench_speed_note(rounds), rounds
     return "records", RECORDS_SPEED_NOTE, None
-
-
-def _compare_with_baselines(shown: list[Row], base: Row, base_of: dict[str, Row], col_key: str | None,
-                            test: str, tuned: bool) -> None:
-    """Each variant against its baseline: the speed, memory and FLOPs ratios, and (the baselines
-    aside) Δ with its CI and p from ``test``, and a tuned sweep's Δ at the default lr. Pivoted, each
-    cell is compared with the baseline row's cell in its column."""
-    pairs: list[tuple[Row, Row | None]] = []
-    for row in shown:
-        row_base = base_of.get(row.key, base)
-        if col_key:
-            pairs += [(cell, row_base.cells.get(v)) for v, cell in row.cells.items()]
-        else:
-            pairs.append((row, row_base))
-    for row, row_base in pairs:
-        if row_base is None:
-            continue
-        row.speed_ratio = ratio(row.tokens_per_s, row_base.tokens_per_s)
-        row.memory_ratio = ratio(row.memory_bytes, row_base.memory_bytes)
-        row.flops_ratio = ratio(row.train_flops, row_base.train_flops)
-        if row is not row_base and not row.is_baseline:
-            row.compare(_compare(test, row.by_seed, row_base.by_seed, row.accuracies, row_base.accuracies))
-            if tuned:
-                row.delta_default_lr = _compare(test, row.by_seed_default, row_base.by_seed_default,
-                                                row.accuracies_default, row_base.accuracies_default).delta
-
-
-def _compare(test: str, by_seed: dict, base_by_seed: dict, accuracies: list[float],
-             base_accuracies: list[float]) -> Comparison:
-    """One set of runs against its baseline's: paired by seed, or Welch's test of the accuracies."""
-    if test == "paired":
-        return paired_test(by_seed, base_by_seed)
-    return welch_test(accuracies, base_accuracies)
-
-
-def _correct(shown: list[Row], col_key: str | None) -> int:
-    """Holm–Bonferroni over the comparisons shown (the rows chosen, or their cells): sets each
-    one's ``p_corrected``; returns how many there were."""
-    shown_flat = [c for r in shown for c in r.cells.values()] if col_key else shown
-    compared = [r for r in shown_flat if not r.is_baseline and r.p_value is not None]
-    for row, p in zip(compared, holm([r.p_value for r in compared])):
-        row.p_corrected = p
-    return len(compared)

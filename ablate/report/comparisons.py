@@ -1,0 +1,115 @@
+"""A table's comparisons: its baseline(s) marked, each row (or pivoted cell) against its own
+baseline (speed, memory and FLOPs ratios; Δ with its CI and p from the paired t-test over seeds or
+Welch's test), and the Holm–Bonferroni correction over the comparisons shown (``build_table``'s
+last stages).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ablate.report.rows import Row, resolve_baseline
+from ablate.report.stats import Comparison, holm, paired_test, ratio, welch_test
+from ablate.sweep import split_override_string
+
+
+def mark_baselines(given: str | None, default: Any, shown: list[Row],
+                    col_key: str | None) -> tuple[Row, dict[str, Row], str]:
+    """The baseline row, each row's own baseline (sweeps over several keys; else empty) and the
+    table's name for the baseline; marks them ``is_baseline`` (a pivoted baseline row's cells too).
+
+    ``given`` (strict: an unknown one raises) > ``experiment.baseline`` > the first row. Pivoted,
+    the baseline is a row, so the columns key is dropped from it: every column has its own."""
+    spec = given or default
+    if spec and col_key:
+        spec = ",".join(f"{k}={v}" for k, v in split_override_string(str(spec)).items() if k != col_key) or \
+            (None if "=" in str(spec) else spec)
+    base, base_of = _baselines(str(spec) if spec else None, shown, strict=bool(given))
+    base.is_baseline = True
+    for row in base_of.values():
+        row.is_baseline = True
+    for row in shown:
+        if row.is_baseline:
+            for cell in row.cells.values():
+                cell.is_baseline = True
+    per_group = len(set(map(id, base_of.values()))) > 1
+    return base, base_of, f"{spec} (per {', '.join(_other_keys(base_of, spec))})" if per_group else base.label
+
+
+def _baselines(spec: str | None, rows: list[Row], strict: bool) -> tuple[Row, dict[str, Row]]:
+    """The baseline row, and for sweeps over several keys each row's own baseline.
+
+    A baseline that names only some swept keys (``qkv_sharing=independent`` in a sweep of
+    task x qkv_sharing) matches several rows: each row is then compared with the matching row
+    that has its other values (independent QKV on the same task)."""
+    if not spec:
+        return rows[0], {}
+    wanted = split_override_string(spec) if "=" in spec else {}
+    matches = [r for r in rows if wanted and wanted.items() <= r.overrides.items()]
+    exact = [r for r in matches if r.overrides == wanted]
+    if exact and len({frozenset(r.overrides) for r in matches}) > 1:
+        # a design's rows: one row is the baseline exactly, the others set keys it leaves at the
+        # config's value (norm.placement=post): they are compared with it, not with themselves
+        return exact[0], {}
+    if len(matches) > 1:
+        def rest(row: Row) -> dict[str, str]:
+            return {k: v for k, v in row.overrides.items() if k not in wanted}
+        base_of = {row.key: m for row in rows for m in matches if rest(m) == rest(row)}
+        return matches[0], base_of
+    try:
+        return resolve_baseline(spec, rows), {}
+    except ValueError:
+        if strict:
+            raise
+        if len(rows) > 1:
+            warnings.warn(f"experiment baseline {spec!r} has no records; using the first variant", stacklevel=3)
+        return rows[0], {}
+
+
+def _other_keys(base_of: dict[str, Row], spec: str) -> list[str]:
+    wanted = split_override_string(spec)
+    return sorted({k for row in base_of.values() for k in row.overrides if k not in wanted})
+
+
+def compare_with_baselines(shown: list[Row], base: Row, base_of: dict[str, Row], col_key: str | None,
+                            test: str, tuned: bool) -> None:
+    """Each variant against its baseline: the speed, memory and FLOPs ratios, and (the baselines
+    aside) Δ with its CI and p from ``test``, and a tuned sweep's Δ at the default lr. Pivoted, each
+    cell is compared with the baseline row's cell in its column."""
+    pairs: list[tuple[Row, Row | None]] = []
+    for row in shown:
+        row_base = base_of.get(row.key, base)
+        if col_key:
+            pairs += [(cell, row_base.cells.get(v)) for v, cell in row.cells.items()]
+        else:
+            pairs.append((row, row_base))
+    for row, row_base in pairs:
+        if row_base is None:
+            continue
+        row.speed_ratio = ratio(row.tokens_per_s, row_base.tokens_per_s)
+        row.memory_ratio = ratio(row.memory_bytes, row_base.memory_bytes)
+        row.flops_ratio = ratio(row.train_flops, row_base.train_flops)
+        if row is not row_base and not row.is_baseline:
+            row.compare(_compare(test, row.by_seed, row_base.by_seed, row.accuracies, row_base.accuracies))
+            if tuned:
+                row.delta_default_lr = _compare(test, row.by_seed_default, row_base.by_seed_default,
+                                                row.accuracies_default, row_base.accuracies_default).delta
+
+
+def _compare(test: str, by_seed: dict, base_by_seed: dict, accuracies: list[float],
+             base_accuracies: list[float]) -> Comparison:
+    """One set of runs against its baseline's: paired by seed, or Welch's test of the accuracies."""
+    if test == "paired":
+        return paired_test(by_seed, base_by_seed)
+    return welch_test(accuracies, base_accuracies)
+
+
+def correct(shown: list[Row], col_key: str | None) -> int:
+    """Holm–Bonferroni over the comparisons shown (the rows chosen, or their cells): sets each
+    one's ``p_corrected``; returns how many there were."""
+    shown_flat = [c for r in shown for c in r.cells.values()] if col_key else shown
+    compared = [r for r in shown_flat if not r.is_baseline and r.p_value is not None]
+    for row, p in zip(compared, holm([r.p_value for r in compared])):
+        row.p_corrected = p
+    return len(compared)
