@@ -111,6 +111,16 @@ def test_a_directory_of_a_flat_sweep_and_a_ladder_is_refused_by_name(tmp_path: P
     assert build_table(load_sweep(tmp_path / "flat")).layout == "flat"  # each alone is its own table
 
 
+def test_ablate_table_refuses_a_directory_of_several_sweeps_in_one_line(tmp_path: Path, capsys) -> None:
+    from ablate.report.cli import main as ablate_table
+
+    write_sweep(tmp_path / "flat", flat_records(), ["ffn", "seed"])
+    write_sweep(tmp_path / "ladder", ladder_records(), ["model.size", "ffn", "seed"])
+    assert ablate_table([str(tmp_path), "--no-wandb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("ablate-table: ") and "holds 2 sweeps" in err, err
+
+
 @pytest.mark.parametrize("url", ["javascript:alert(1)", "JavaScript:alert(1)", "java\tscript:alert(1)",
                                  "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)", "x:y/z"])
 def test_an_unsafe_href_is_refused(url: str) -> None:
