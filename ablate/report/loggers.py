@@ -33,8 +33,9 @@ def log_table(table: Any, sweep_dir: str | Path, outputs: Mapping[str, str | Pat
     problems: list[str] = []
     try:
         sweep_dir = Path(sweep_dir)
-        if logger is None or group is None:
-            found_logger, found_group = _from_records(sweep_dir)
+        if logger is None or group is None:  # the records the table was built from, else read here
+            sweep = getattr(table, "sweep", None)
+            found_logger, found_group = _from_records(sweep.records if sweep is not None else None, sweep_dir)
             logger, group = logger if logger is not None else found_logger, group or found_group
         names = logger_names(logger)
         files = {k: Path(v) for k, v in (outputs or {}).items() if v is not None and Path(v).is_file()}
@@ -51,14 +52,15 @@ def log_table(table: Any, sweep_dir: str | Path, outputs: Mapping[str, str | Pat
     return problems
 
 
-def _from_records(sweep_dir: Path) -> tuple[dict[str, Any], str | None]:
-    """The ``logger`` node and the group (MLflow's experiment) of a sweep's jobs, from their records."""
+def _from_records(records: list[Any] | None, sweep_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The ``logger`` node and the group (MLflow's experiment) of a sweep's jobs, from their records
+    (None: the sweep directory's, read here)."""
     from omegaconf import OmegaConf
 
     from ablate.loggers import sweep_group
     from ablate.sweep import load_sweep_records
 
-    for record in load_sweep_records(sweep_dir):
+    for record in load_sweep_records(sweep_dir) if records is None else records:
         logger, experiment = record.config.get("logger"), record.config.get("experiment")
         if isinstance(logger, Mapping):
             name = experiment.get("name") if isinstance(experiment, Mapping) else None
