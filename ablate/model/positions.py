@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Literal, Mapping
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch import Tensor
@@ -419,20 +420,28 @@ def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, devic
     2·``buckets`` relative embeddings. For r = i - j (query minus key, queries the last q_len of the
     k_len positions) and mid = buckets // 2, the bucket is r itself while |r| <= mid, and beyond
 
-        sign(r) · (mid + ⌈(mid - 1) · ln(|r| / mid) / ln((max_distance - 1) / mid)⌉),
+        sign(r) · (mid + ⌈ln(|r| / mid) / ln((max_distance - 1) / mid) · (mid - 1)⌉),
 
-    which is ±(2·mid - 1) at |r| = max_distance - 1 and keeps growing past it. As DeBERTa's
+    which is ±(2·mid - 1) at |r| = max_distance - 1 and keeps growing past it. It is evaluated as the
+    released NumPy code evaluates it, in float64 and in its order (the ratio of the logs first, then
+    the product): at |r| = max_distance - 1 the ratio is exactly 1, where (mid - 1)·ln(...) first
+    can land an ulp above an integer (31.000000000000004 for buckets=64, max_distance=256) and the
+    ceil one bucket past DeBERTa's. As DeBERTa's
     gather does, the bucket is then clamped to [-buckets, buckets - 1] and shifted by ``buckets``.
     So for an even ``buckets`` >= 4 (32 by default) the buckets are odd up to |r| = max_distance - 1
     (b(-r) = -b(r), within ±(buckets - 1)); farther, keys before the query share +(buckets - 1)
     with r = max_distance - 1, and keys after it share -buckets (index 0), a row no nearer key
-    uses. Computed on the CPU in float64 (the ceil of the real-valued log), then moved to ``device``."""
-    mid, r = buckets // 2, torch.arange(-(k_len - 1), k_len, dtype=torch.float64, device="cpu")  # every i - j
-    far = r.abs().clamp(min=mid)  # the log is only used where |r| > mid
-    logged = mid + torch.ceil((mid - 1) * torch.log(far / mid) / math.log((max_distance - 1) / mid))
-    bucket = torch.where(r.abs() <= mid, r, logged * r.sign()).clamp(-buckets, buckets - 1).long() + buckets
-    i = torch.arange(k_len - q_len, k_len, device="cpu")[:, None]
-    return bucket[i - torch.arange(k_len, device="cpu")[None, :] + k_len - 1].to(device)
+    uses. Computed on the CPU with NumPy's float64 log, as the released code is (torch's own float64
+    log differs from it by an ulp on some arguments, which the ceil can turn into a bucket), then
+    moved to ``device``."""
+    mid, d = buckets // 2, np.arange(k_len, dtype=np.float64)  # every |i - j|
+    far = np.maximum(d, mid)  # the log is only used where |r| > mid
+    logged = mid + np.ceil(np.log(far / mid) / np.log((max_distance - 1) / mid) * (mid - 1))
+    size = torch.from_numpy(np.where(d <= mid, d, logged)).long()  # |bucket| of each |r|
+    r = torch.arange(-(k_len - 1), k_len)  # every i - j
+    bucket = (size[r.abs()] * r.sign()).clamp(-buckets, buckets - 1) + buckets
+    i = torch.arange(k_len - q_len, k_len)[:, None]
+    return bucket[i - torch.arange(k_len)[None, :] + k_len - 1].to(device)
 
 
 class DeBERTa(Position):
