@@ -50,10 +50,16 @@ def _modified(path: Path) -> float:
         return 0.0
 
 
-def _launch(args: list[str], cwd: Path) -> subprocess.Popen:
+def _launch(args: list[str], cwd: Path, *, nice: int = 0) -> subprocess.Popen:
+    """``ablate args`` in its own session, as a terminal job; ``nice``: at a lower CPU priority (its
+    workers inherit it), for a sweep that only has to keep training while the test's other commands run."""
+    def preexec() -> None:
+        as_a_terminal_job()
+        os.nice(nice)
+
     return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=cli_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=as_a_terminal_job)
+                            preexec_fn=preexec)
 
 
 @pytest.fixture
@@ -72,7 +78,7 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     sweep = workdir / "sweep"
     args = ["-m", "seed=0,1", *tiny, "trainer.max_steps=1000000", "logger=csv", "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
-    first = _launch(args, workdir)
+    first = _launch(args, workdir, nice=19)  # the second launch below is not slowed by its training
     # logger=csv writes metrics.csv after 100 logged steps: both workers are training then
     _wait(lambda: len(list(sweep.glob("*/metrics.csv"))) == 2 or first.poll() is not None, 240, "two jobs training")
     running = {d: lock_holder(d) for d in sweep.glob("*seed=*")}

@@ -142,12 +142,16 @@ def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]
 
 
 def test_same_seed_same_metrics_on_cpu(tmp_path: Path, tiny: list[str]) -> None:
-    metrics = []
-    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        out = run_cli([*tiny, "trainer.max_steps=15", "logger=none", f"seed={seed}", f"hydra.run.dir={name}"], tmp_path)
-        assert out.returncode == 0
-        (record,) = records(tmp_path / name)
-        metrics.append({k: record["metrics"][k] for k in ("accuracy", "loss", "eval", "params", "memory")})
+    """Seed 0 in two processes (a single run, and the first job of a sweep) trains the same model; seed
+    1 (the sweep's second job, in the same process as seed 0's) another."""
+    common = [*tiny, "trainer.max_steps=15", "logger=none"]
+    single = run_cli([*common, "seed=0", "hydra.run.dir=a"], tmp_path)
+    assert single.returncode == 0, single.stderr[-2000:]
+    sweep = run_cli(["-m", *common, "seed=0,1", "hydra.sweep.dir=s"], tmp_path)
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
+    runs = [*records(tmp_path / "a"), *sorted(records(tmp_path / "s"), key=lambda r: r["config"]["seed"])]
+    assert [r["config"]["seed"] for r in runs] == [0, 0, 1]
+    metrics = [{k: r["metrics"][k] for k in ("accuracy", "loss", "eval", "params", "memory")} for r in runs]
     assert metrics[0] == metrics[1]
     assert metrics[2]["loss"] != metrics[0]["loss"], "another seed trains another model"
 

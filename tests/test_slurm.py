@@ -102,8 +102,10 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path: Path, tiny: list[s
     """`scontrol requeue` (what preemption does): SLURM sends SIGTERM, the job saves a checkpoint and
     stops, SLURM starts it again, and it resumes there: the same steps, nothing trained twice."""
     sweep = tmp_path / "sweep"
+    # 300 steps (seconds of training) after the first checkpoint: the requeue, sent as soon as that
+    # checkpoint appears, lands during training; the resumed attempt trains the rest
     process = subprocess.Popen(
-        [str(BIN / "ablate"), "-m", "seed=0", *tiny, "trainer.max_steps=1500", "checkpoint.every_n_steps=100",
+        [str(BIN / "ablate"), "-m", "seed=0", *tiny, "trainer.max_steps=400", "checkpoint.every_n_steps=100",
          "logger=none", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=local",
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path, env=slurm_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -118,7 +120,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path: Path, tiny: list[s
     assert process.returncode == 0, out[-2000:] + err[-3000:]
 
     (record,) = records(sweep)
-    assert record["status"] == "ok" and record["metrics"]["steps"] == 1500
+    assert record["status"] == "ok" and record["metrics"]["steps"] == 400
     assert record["metrics"]["resumed_from_step"] >= 100  # resumed from a checkpoint, not restarted
     logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))
     stopped = re.findall(r"stopped by signal 15 at step (\d+); checkpoint saved", logs)
