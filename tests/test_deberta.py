@@ -74,6 +74,13 @@ def test_deberta_buckets_are_debertav2s_for_every_pair(causal, buckets, max_dist
                                 f"{got[tuple(wrong[0])]} vs DeBERTa-v2's {expected[tuple(wrong[0])]}")
 
 
+def test_deberta_buckets_build_under_another_default_device():
+    """Built on the CPU whatever the default device (the model is checked on the meta device)."""
+    with torch.device("meta"):
+        delta = deberta_delta(16, 16, 8, 20, torch.device("meta"))
+    assert delta.device.type == "meta" and delta.shape == (16, 16)
+
+
 def test_deberta_default_buckets_by_hand():
     """mid = 16: 16 + ceil(15·ln(d/16)/ln(127/16)); 17 -> 17, 64 -> 27, 127 -> 31."""
     delta = DeBERTa(8, 2, False, 512).delta(256, 256, torch.device("cpu")) - 32  # signed buckets

@@ -438,10 +438,10 @@ def deberta_delta(q_len: int, k_len: int, buckets: int, max_distance: int, devic
     far = np.maximum(d, mid)  # the log is only used where |r| > mid
     logged = mid + np.ceil(np.log(far / mid) / np.log((max_distance - 1) / mid) * (mid - 1))
     size = torch.from_numpy(np.where(d <= mid, d, logged)).long()  # |bucket| of each |r|
-    r = torch.arange(-(k_len - 1), k_len)  # every i - j
+    r = torch.arange(-(k_len - 1), k_len, device="cpu")  # every i - j (on the CPU under any default device)
     bucket = (size[r.abs()] * r.sign()).clamp(-buckets, buckets - 1) + buckets
-    i = torch.arange(k_len - q_len, k_len)[:, None]
-    return bucket[i - torch.arange(k_len)[None, :] + k_len - 1].to(device)
+    i = torch.arange(k_len - q_len, k_len, device="cpu")[:, None]
+    return bucket[i - torch.arange(k_len, device="cpu")[None, :] + k_len - 1].to(device)
 
 
 class DeBERTa(Position):
