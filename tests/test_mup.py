@@ -48,7 +48,8 @@ def test_standard_keeps_two_groups_of_adamw_as_before():
 
 
 @pytest.mark.parametrize("extra", [[], ["pos_enc=rope", "ffn=swiglu", "norm=rmsnorm"], ["init=default", "qkv_sharing=gqa"],
-                                   ["pos_enc=deberta"], ["attention=local", "pos_enc=alibi", "model.bias=true"]])
+                                   ["pos_enc=deberta"], ["attention=local", "pos_enc=alibi", "model.bias=true"],
+                                   ["init=default", "model.bias=true"]])
 def test_mup_at_its_base_width_is_the_standard_parametrization(extra):
     """Same parameters, same logits, and the same losses over a few AdamW steps: μP only departs from
     standard as the width departs from the base."""
@@ -107,19 +108,55 @@ def test_readout_multiplier_divides_the_heads_input_by_the_width_multiplier():
     assert torch.allclose(model.head(x * model.output_mult), model.head(x / 4))
 
 
-@pytest.mark.parametrize("init,hidden,readout", [("normal", 0.5, 1.0), ("scaled", 0.5, 1.0), ("default", 1.0, 2.0)])
-def test_init_schemes_compose_as_documented(init, hidden, readout):
-    """A fixed-std scheme's stds are the base width's (hidden matrices x 1/sqrt(m)); PyTorch's own
-    1/sqrt(fan_in) init keeps its hidden weights and gets a width-independent readout (x sqrt(m))."""
-    (sp, _), (mp, _) = model_of([f"init={init}", "model.d_model=128"]), model_of(mup(128, 32, f"init={init}"))
+def linear_biases(model) -> dict[str, torch.Tensor]:
+    """The bias of every Linear but the head (the hidden layers'), by parameter name."""
+    return {f"{name}.bias": m.bias for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and m is not model.head and m.bias is not None}
+
+
+@pytest.mark.parametrize("init,hidden,readout,bias", [("normal", 0.5, 1.0, 1.0), ("scaled", 0.5, 1.0, 1.0),
+                                                      ("default", 1.0, 2.0, 2.0)])
+def test_init_schemes_compose_as_documented(init, hidden, readout, bias):
+    """A fixed-std scheme's stds are the base width's (hidden matrices x 1/sqrt(m); its biases are
+    zero); PyTorch's own 1/sqrt(fan_in) init keeps its hidden weights and gets a width-independent
+    readout (x sqrt(m)) and hidden biases (x sqrt(fan-in multiplier): m for every Linear here)."""
+    (sp, _), (mp, _) = (model_of([f"init={init}", "model.d_model=128", "model.bias=true"]),
+                        model_of(mup(128, 32, f"init={init}", "model.bias=true")))
+    biases = linear_biases(sp)
+    assert len(biases) == 8  # per block: qkv, out_proj, ffn.fc, ffn.out_proj
     for (name, a), b in zip(sp.named_parameters(), mp.parameters()):
         if a.dim() == 2 and name.startswith("blocks."):
             factor = hidden
         elif name.startswith("head."):
             factor = readout
+        elif name in biases:
+            factor = bias
         else:
-            factor = 1.0
+            factor = 1.0  # embeddings, norm gains and biases
         assert torch.allclose(b, a * factor), name
+
+
+@pytest.mark.parametrize("parametrization", ["mup", "standard"])
+def test_under_mup_a_default_init_bias_has_the_same_std_at_every_width(parametrization):
+    """Tensor Programs V (Table 3): biases are vector-like, Θ(1) at init. PyTorch draws a Linear's
+    bias U(±1/√fan_in), std 1/√(3·fan_in), which shrinks with width; μP (microsoft/mup's
+    ``rescale_linear_bias``) multiplies it by √(fan_in / base fan_in), to std 1/√(3·base fan_in) at
+    every width. Each bias is divided by that base std here: μP's are ~1 at every width,
+    standard's fall as 1/√m (0.35 at m = 8)."""
+    widths, stds = (32, 64, 128, 256), []
+    for width in widths:
+        overrides = ["init=default", "model.bias=true"]
+        model, _ = model_of(mup(width, 32, *overrides) if parametrization == "mup" else
+                            [f"model.d_model={width}", *overrides])
+        base_fan_in = {name: m.in_features * 32 // width for name, m in model.named_modules()
+                       if isinstance(m, torch.nn.Linear)}
+        normalised = [b * math.sqrt(3 * base_fan_in[name.removesuffix(".bias")])
+                      for name, b in linear_biases(model).items()]
+        stds.append(torch.cat(normalised).std().item())
+    if parametrization == "mup":
+        assert all(abs(s - 1) < 0.15 for s in stds), stds
+    else:
+        assert all(abs(s * math.sqrt(w / 32) - 1) < 0.15 for s, w in zip(stds, widths)), stds
 
 
 @pytest.mark.parametrize("overrides,named", [

@@ -17,9 +17,9 @@ matrix-like     two dimensions grow (attention q/k/v    Adam lr × 1/m, weight d
                 DeBERTa's position projections)         the base width, × 1/√m (see ``INIT``)
 readout         the head: width in, outputs out         its input × 1/m (the output multiplier);
                                                         init std constant in width; lr unchanged
-vector-like     one dimension grows (token and          unchanged
-                position embeddings, norm gains,
-                biases)
+vector-like     one dimension grows (token and          lr unchanged; a Linear's bias under a
+                position embeddings, norm gains,        ``"fan_in"`` init × √(its fan-in
+                biases)                                 multiplier), to a width-independent std
 scalar-like     nothing grows (T5 buckets, KERPLE,      unchanged
                 ALiBi has none)
 attention       the scores q·k                          × √(base head dim) / head dim instead of
@@ -35,8 +35,11 @@ How an init scheme composes (``INIT``, or a user scheme's ``mup_init`` attribute
 draws absolute stds (``normal``, ``scaled``, ``zero_out``): they are read as the stds at the base width,
 and every matrix-like weight is multiplied by 1/√m after the scheme ran (microsoft/mup's ``mup.init``
 does the same). A ``"fan_in"`` scheme (``default``, PyTorch's own) already draws hidden weights with
-variance ∝ 1/fan_in; only the readout is multiplied by √m, to a width-independent std (microsoft/mup's
-``MuReadout`` rescaling). Schemes that shrink the embeddings with width (``xavier``, ``small_init``,
+variance ∝ 1/fan_in and keeps them; the readout is multiplied by √m, to a width-independent std
+(microsoft/mup's ``MuReadout`` rescaling), and every other Linear's bias, drawn U(±1/√fan_in) too, by
+√(its fan-in multiplier), to the base width's scale (a bias is vector-like, Θ(1) in width: microsoft/mup's
+``rescale_linear_bias``, which its ``set_base_shapes`` applies to every Linear). A fixed scheme
+zeroes the biases. Schemes that shrink the embeddings with width (``xavier``, ``small_init``,
 ``deepnet``: std ∝ d^-1/2) contradict μP's width-independent input layer and are refused, as is
 ``model.embed_scale=sqrt_d``. Attention patterns take the scale as their ``scale`` attribute (None:
 1/√d_head); linear attention has no softmax scores, so only the other multipliers apply to it. Position
@@ -120,6 +123,9 @@ def apply(model: nn.Module, base: nn.Module, scheme: Any, base_head_dim: int) ->
     if kind == "fan_in":  # a 1/√fan_in readout, made width-independent
         for p in model.head.parameters():
             p.mul_(m ** 0.5)
+        for name, module in model.named_modules():  # U(±1/√fan_in) biases, made width-independent
+            if isinstance(module, nn.Linear) and module is not model.head and module.bias is not None:
+                module.bias.mul_((module.in_features / base.get_submodule(name).in_features) ** 0.5)
     model.output_mult = 1.0 / m
     scale = attention_scale(model.d_model // model.n_heads, base_head_dim)
     for block in model.blocks:
