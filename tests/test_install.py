@@ -226,8 +226,12 @@ def _run_example(installed: Installed, cwd: Path, extra: list[str]) -> tuple[Pat
     return sweep, recs
 
 
-def test_example_experiment_with_wandb(installed: Installed, cwd: Path) -> None:
-    _, recs = _run_example(installed, cwd, ["logger=wandb"])
+def test_example_experiment_with_wandb_under_the_joblib_launcher(installed: Installed, cwd: Path) -> None:
+    """One sweep for two things a user of the example does: its jobs run in joblib's worker processes
+    (which import the user's package), and each logs its wandb run (one sweep, not one per launcher
+    and one per logger: the launcher's workers are what wandb runs in under joblib)."""
+    _, recs = _run_example(installed, cwd, ["logger=wandb", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])
+    assert {r["job"]["launcher"] for r in recs} == {"joblib"}
     for r in recs:
         info = wandb_run_info(r["wandb"]["dir"])
         assert info["job_type"] == "train"  # the run's role; the variant is config.variant
@@ -235,10 +239,6 @@ def test_example_experiment_with_wandb(installed: Installed, cwd: Path) -> None:
         assert summary["config"]["variant"] == f"qkv_sharing={r['choices']['qkv_sharing']}"
         assert summary["summary"]["status"] == "ok"
         assert 0 <= summary["summary"]["accuracy"] <= 1
-
-
-def test_example_experiment_with_the_joblib_launcher(installed: Installed, cwd: Path) -> None:
-    _run_example(installed, cwd, ["logger=none", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])
 
 
 def test_users_class_with_a_wrong_signature_stops_the_sweep_before_training(installed: Installed,
