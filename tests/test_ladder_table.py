@@ -87,6 +87,22 @@ def test_two_rungs_give_the_trend_reason_not_a_number():
     md = render(t, "markdown")
     assert "– (2 rungs)" in md
     assert "log-log line" in t.caption()
+    m = t.rows[1].cells["s"].multiplier
+    assert m.cm is not None and m.ci_low is None and "cannot show its bend" in m.reason   # the CM, no CI
+    assert "2 rungs: no CI" in t.caption()
+
+
+def test_three_rungs_give_the_trend_and_its_ci_but_no_verdict():
+    """Between 3 rungs the baseline is interpolated, whose bend tilts the trend (issue 29: a constant
+    CM marked scale-dependent 84% of the time); the table shows the slope and CI, no ‡, and why."""
+    t = build_table(ladder_records(rungs=["xs", "s", "m"]), n_boot=100)
+    trend = t.rows[1].trend
+    assert trend.slope is not None and trend.ci_low is not None and trend.scale_dependent is None
+    assert "too few for a scale-dependent verdict" in trend.reason
+    md = render(t, "markdown")
+    row = next(line for line in md.splitlines() if line.startswith("| swiglu"))
+    assert row.endswith("(3 rungs: no verdict) |") and "‡" not in row
+    assert "a verdict from 4 rungs, none from 3" in t.caption() and "too few for a scale-dependent" in t.caption()
 
 
 def test_every_format_renders(table):

@@ -211,9 +211,9 @@ def test_bootstrap_cis_cover_the_true_multiplier_on_simulated_ladders():
             covered.append(m.ci_low <= 1.5 <= m.ci_high)
             widths.append(np.log(m.ci_high / m.ci_low))
     coverage = np.mean(covered)
-    print(f"95% bootstrap CI of CM = 1.5: coverage {coverage:.3f} over {len(covered)} (ladder, rung) pairs; "
+    print(f"95% parametric-bootstrap CI of CM = 1.5: coverage {coverage:.3f} over {len(covered)} (ladder, rung) pairs; "
           f"median width x{np.exp(np.median(widths)):.2f}")
-    assert coverage >= 0.85
+    assert abs(coverage - 0.95) <= 3 * np.sqrt(0.95 * 0.05 / 100)   # 3 Monte-Carlo SEs over the 100 ladders
 
 
 # --- rank agreement ------------------------------------------------------------------------------------
@@ -276,4 +276,5 @@ def test_a_few_flat_replicates_are_left_out_of_the_cis_and_named():
     ladder = scale_ladder(_spread_runs(fall=0.3, spread=0.15), "base", range(2), n_boot=400)
     assert ladder.curve is not None and "left out of the CIs" in ladder.curve_reason
     m = by_variant(ladder, "x2")[1]
-    assert m.cm is not None and m.ci_low is not None and m.ci_low <= m.cm <= m.ci_high
+    assert m.cm is not None                       # the CM stands; 2 rungs give it no CI, and say why
+    assert m.ci_low is None and "cannot show its bend" in m.reason

@@ -288,12 +288,14 @@ class LadderCaptionText(CaptionText):
             parts.append(f"baseline curve: {curve.kind} ({ladder.curve_reason})")
         else:
             parts.append(f"no baseline curve, so no CM: {ladder.curve_reason}")
-        parts.append(f"CI: percentile bootstrap over seeds (B = {self.n_boot}; each variant's seeds resampled "
-                     "per rung, the baseline curve refitted in each replicate)")
+        parts.append(f"CI: parametric bootstrap over seeds (B = {self.n_boot}; each cell's mean loss drawn from "
+                     "Student's t with the seeds' spread pooled over the variants at its rung, the baseline "
+                     "curve refitted in each replicate; from 3 rungs the union of the interpolated and the "
+                     "power-law curve's intervals; 2 rungs: no CI)")
         parts.append("† extrapolated: the variant's loss lies outside the baseline's measured loss range, "
                      "so its C_baseline is read off the curve beyond the data")
         parts.append("trend: slope of log CM against log training FLOPs over the rungs [95% CI]; "
-                     "‡ scale-dependent (the CI excludes 0)")
+                     "‡ scale-dependent (the CI excludes 0; a verdict from 4 rungs, none from 3)")
         reasons = list(dict.fromkeys(t.reason for r in self.rows if r.trend is not None and r.trend.reason
                                      for t in [r.trend]))
         if reasons:

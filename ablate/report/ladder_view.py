@@ -47,13 +47,16 @@ def _cm_text(cell, x: str) -> str:
 
 
 def _trend_text(row: LadderRow) -> str:
-    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``– (2 rungs)``: the reason, shortly."""
+    """``+0.12 [+0.03, +0.21]``, ``‡`` when scale-dependent; ``+0.12 [...] (3 rungs: no verdict)`` below
+    ``scaling.VERDICT_RUNGS``; ``– (2 rungs)``: the reason, shortly."""
     t = row.trend
     if t is None:
         return DASH
     if t.slope is None:
         return f"{DASH} ({t.reason.split(':')[0]})" if t.reason else DASH
     text = f"{t.slope:+.2f}" + (f" [{t.ci_low:+.2f}, {t.ci_high:+.2f}]" if t.ci_low is not None else " (no CI)")
+    if t.ci_low is not None and t.scale_dependent is None:     # a CI, but too few rungs for a verdict
+        return text + f" ({t.reason.split(':')[0]}: no verdict)"
     return text + (" ‡" if t.scale_dependent else "")
 
 

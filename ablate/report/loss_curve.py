@@ -206,20 +206,42 @@ def _named(curve: Curve) -> tuple[Curve, str]:
     return curve, curve.reason
 
 
-def replicate_compute(kind: str, base_c: np.ndarray, base_l: np.ndarray, loss: np.ndarray) -> np.ndarray:
+def replicate_compute(kind: str, base_c: np.ndarray, base_l: np.ndarray, loss: np.ndarray,
+                      identified_only: bool = False) -> np.ndarray:
     """C_base(loss) in each bootstrap replicate: the baseline refitted (``kind`` as on the data) to
-    the replicate's rung means ``base_c``, ``base_l`` (B, R); ``loss`` is (B, K)."""
+    the replicate's rung means ``base_c``, ``base_l`` (B, R); ``loss`` is (B, K). With
+    ``identified_only`` a replicate whose power law is not identified (``fit_power_law``'s ``ok``)
+    gives NaN rather than the edge fit."""
     if kind == POWER_LAW:
-        e, a, alpha, c_ref, _ = fit_power_law(base_c, base_l, steps=_BOOT_STEPS)
-        return power_law_compute(loss, e[:, None], a[:, None], alpha[:, None], c_ref[:, None])
-    return np.stack([_replicate_loglog(c, l, q) for c, l, q in zip(base_c, base_l, loss)])
+        e, a, alpha, c_ref, ok = fit_power_law(base_c, base_l, steps=_BOOT_STEPS)
+        c = power_law_compute(loss, e[:, None], a[:, None], alpha[:, None], c_ref[:, None])
+        return np.where(ok[:, None], c, np.nan) if identified_only else c
+    return _replicate_loglog(base_c, base_l, loss)
+
+
+def _interp_rows(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """``_interp_extrap`` row by row: x (B, K), xp (B, R) ascending, fp (B, R)."""
+    seg = np.clip((x[..., None] > xp[:, None, :]).sum(-1), 1, xp.shape[1] - 1)
+    x0, x1 = np.take_along_axis(xp, seg - 1, 1), np.take_along_axis(xp, seg, 1)
+    f0, f1 = np.take_along_axis(fp, seg - 1, 1), np.take_along_axis(fp, seg, 1)
+    return f0 + (x - x0) * (f1 - f0) / (x1 - x0)
 
 
 def _replicate_loglog(base_c: np.ndarray, base_l: np.ndarray, loss: np.ndarray) -> np.ndarray:
-    """C_base(loss) in one replicate; NaN where the replicate's baseline loss does not fall with
-    compute (its rungs pool into one point): a fall within the seeds' spread does so in some
-    replicates, and such a replicate has no curve to invert (``scaling`` counts them)."""
-    points = monotone_points(base_c, base_l)
-    if len(points[0]) < 2:
-        return np.full(np.shape(loss), np.nan)
-    return loglog_compute(loss, *points)
+    """C_base(loss) in each replicate (rows): the monotone log-log inverse; NaN where the replicate's
+    baseline loss does not fall with compute (its rungs pool into one point): a fall within the
+    seeds' spread does so in some replicates, and such a replicate has no curve to invert
+    (``scaling`` counts them). Replicates already monotone at once, the others one by one."""
+    order = np.argsort(base_c, axis=1)
+    log_c = np.log(np.take_along_axis(base_c, order, 1))
+    log_l = np.log(np.take_along_axis(base_l, order, 1))
+    mono = np.all(np.diff(log_l, axis=1) < 0, axis=1) & np.all(np.diff(log_c, axis=1) > 0, axis=1)
+    out = np.full(np.shape(loss), np.nan)
+    if mono.any():
+        with np.errstate(over="ignore"):        # a far tail of the replicates: C = inf, kept as such
+            out[mono] = np.exp(_interp_rows(np.log(loss[mono]), log_l[mono][:, ::-1], log_c[mono][:, ::-1]))
+    for b in np.flatnonzero(~mono):
+        points = monotone_points(base_c[b], base_l[b])
+        if len(points[0]) >= 2:
+            out[b] = loglog_compute(loss[b], *points)
+    return out
