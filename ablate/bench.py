@@ -28,8 +28,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.planner import Planner, SweepError, variant_configs
+from ablate.record import Record
 from ablate.results import write_json_atomic
-from ablate.sweep import group_by_variant, load_sweep_records, override_key
+from ablate.sweep import group_by_variant, override_key
 from ablate.timing import interleaved
 
 
@@ -93,9 +94,10 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
         return variant_configs(planner, plan, list(seed0.values())), base.experiment.baseline
 
 
-def bench_sweep(sweep_dir: str | Path, rounds: int = 20) -> dict[str, Any]:
-    """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records."""
-    groups = group_by_variant(load_sweep_records(Path(sweep_dir)))
+def bench_sweep(records: list[Record], rounds: int = 20) -> dict[str, Any]:
+    """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records
+    (``ablate-table --bench``: the records it has loaded)."""
+    groups = group_by_variant(records)
     configs = {key: OmegaConf.create(runs[0].config) for key, runs in groups.items()}
     baseline = next((r.experiment["baseline"] for runs in groups.values() for r in runs
                      if r.experiment.get("baseline")), None)

@@ -80,7 +80,8 @@ class SweepCallbacks(Callback):
         if config.hydra.sweeper.get("plan"):
             return  # ablate --plan ran nothing
         from ablate.report import build_table, render
-        from ablate.report.publish import describe_error, publish, redo_command
+        from ablate.console import describe_error
+        from ablate.report.publish import publish, redo_command
         from ablate.report.records import load_sweep
 
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -131,8 +132,9 @@ class SweepCallbacks(Callback):
         try:
             remember(record_samples(records))
         except Exception as error:  # noqa: BLE001
-            print(f"[ablate] note: this sweep's step times were not kept for later estimates "
-                  f"({type(error).__name__}: {error})")
+            from ablate.console import describe_error
+
+            print(f"[ablate] note: this sweep's step times were not kept for later estimates ({describe_error(error)})")
 
     def _say_wall_time(self, records: list[Record]) -> None:
         from collections import Counter

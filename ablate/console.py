@@ -43,6 +43,13 @@ def job_line(record: Record, name: str) -> str:
     return f"[bold green]{escape(name)}[/]: {escape('  '.join(parts))}  ({escape(str(where))})"
 
 
+def describe_error(error: BaseException) -> str:
+    """An error in a few words: its type and the first line of its message, at most 200 characters."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def duration_text(seconds: float) -> str:
     """``12.3 s``, ``4 min 05 s``, ``2 h 03 min``."""
     if seconds < 60:

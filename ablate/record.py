@@ -22,7 +22,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ablate.record_checks import record_problems
 from ablate.results import write_json_atomic
@@ -319,36 +319,36 @@ def _json(obj: Any) -> Any:
     return obj
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The keys of ``data`` that are fields of ``cls`` (a later version's extra keys are not this one's)."""
+def from_fields(cls: type, data: Mapping[str, Any]) -> Any:
+    """A dataclass from a mapping: the keys ``cls`` names, each absent one at its default; keys it
+    does not name (a newer file's, a user's additions to a node) are not its business. How a record,
+    a sweep's plan and a config node's settings are read back."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+    return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def _score(data: Any) -> Score | None:
-    return Score(**_known(Score, data)) if isinstance(data, dict) else None
+def _entry(cls: type, value: Any) -> Any:
+    """An entry of the record as its class (None when absent); a later version's extra keys left out."""
+    return from_fields(cls, value) if isinstance(value, dict) else None
 
 
 def _metrics(data: dict[str, Any]) -> Metrics:
-    kept = _known(Metrics, data)
-    kept["eval"] = {str(k): _score(v) for k, v in (data.get("eval") or {}).items()}
-    kept["val"] = _score(data.get("val"))
-    kept["history"] = [CurvePoint(**_known(CurvePoint, p)) for p in data.get("history") or []]
-    kept["time_s"] = dict(data.get("time_s") or {})
-    return Metrics(**kept)
+    metrics = from_fields(Metrics, data)
+    metrics.eval = {str(k): _entry(Score, v) for k, v in (data.get("eval") or {}).items()}
+    metrics.val = _entry(Score, data.get("val"))
+    metrics.history = [from_fields(CurvePoint, p) for p in data.get("history") or []]
+    metrics.time_s = dict(data.get("time_s") or {})
+    return metrics
 
 
 def _record(data: dict[str, Any]) -> Record:
-    def entry(cls: type, value: Any) -> Any:
-        return cls(**_known(cls, value)) if isinstance(value, dict) else None
-
     budget = data.get("budget")
     return Record(
         status=data.get("status", "failed"), overrides=list(data.get("overrides") or []),
         choices=dict(data.get("choices") or {}), experiment=dict(data.get("experiment") or {}),
         config=dict(data.get("config") or {}), metrics=_metrics(data.get("metrics") or {}), error=data.get("error"),
         diverged_step=data.get("diverged_step"), traceback=data.get("traceback"),
-        wandb=entry(WandbEntry, data.get("wandb")),
-        budget=entry(BudgetEntry, budget) if isinstance(budget, dict) and budget.get("match") else None,
-        tune=entry(TuneEntry, data.get("tune")), job=entry(JobEntry, data.get("job")) or JobEntry(),
+        wandb=_entry(WandbEntry, data.get("wandb")),
+        budget=_entry(BudgetEntry, budget) if isinstance(budget, dict) and budget.get("match") else None,
+        tune=_entry(TuneEntry, data.get("tune")), job=_entry(JobEntry, data.get("job")) or JobEntry(),
         schema=int(data.get("schema", 1)))

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.components import NonNegativeInt, PositiveFloat, Range
+from ablate.record import from_fields
 
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
 
@@ -149,9 +150,8 @@ def read_settings(cls: type[T], node: Any) -> T:
     """A config node (validated) as its settings class: the keys the class names, each absent one at
     the class's default (the one default of that key: ``tests/test_settings.py`` holds it to
     ``conf/config.yaml``'s); other keys (a user's additions to an experiment) are not its business."""
-    data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    return from_fields(cls, OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig)
+                       else dict(node or {}))
 
 
 @dataclass

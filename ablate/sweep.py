@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ablate.record import Record, load_records, sort_records
+from ablate.record import Record, from_fields, load_records, sort_records
 from ablate.results import write_json_atomic
 
 SWEEP_FILE = "sweep.json"
@@ -221,20 +221,14 @@ class SweepPlan:
         swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
         budget, tune = data.get("budget"), data.get("tune")
         return cls(swept=swept, jobs=jobs, definition=definition,
-                   budget=_typed(Budget, budget) if isinstance(budget, dict) else None,
-                   tune=_typed(Tuning, tune) if isinstance(tune, dict) else None)
+                   budget=from_fields(Budget, budget) if isinstance(budget, dict) else None,
+                   tune=from_fields(Tuning, tune) if isinstance(tune, dict) else None)
 
 
 def _job_lists(value: Any) -> list[list[str]]:
     if not isinstance(value, list) or not all(isinstance(job, list) for job in value):
         raise ValueError("not a list of override lists")
     return [[str(o) for o in job] for job in value]
-
-
-def _typed(cls: type, data: dict) -> Any:
-    """A dataclass from its JSON entry; keys it does not know (a newer file) are left out."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
 
 
 # ---------------------------------------------------------------------------------------------

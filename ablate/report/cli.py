@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from ablate.report.formats import FORMATS, print_terminal, render
-from ablate.report.publish import describe_error, publish, write_atomic
+from ablate.console import describe_error
+from ablate.report.publish import publish, write_atomic
 from ablate.report.ladder import LADDER_MODES
 from ablate.report.records import BENCH_FILE, load_sweep
 from ablate.report.stats import TESTS
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         from ablate.bench import bench_sweep
 
         try:
-            bench = bench_sweep(path)
+            bench = bench_sweep(records)
         except Exception as err:  # noqa: BLE001 - report, do not dump a traceback
             print(f"ablate-table: --bench failed: {type(err).__name__}: {err}", file=sys.stderr)
             return 1

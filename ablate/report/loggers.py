@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from ablate.console import describe_error
 from ablate.results import write_text_atomic
 from ablate.loggers import LoggerPlace, _file_lock, logger_names
 
@@ -42,13 +43,13 @@ def log_table(table: Any, sweep_dir: str | Path, outputs: Mapping[str, str | Pat
         markdown = files["markdown"].read_text(encoding="utf-8") if "markdown" in files else _markdown(table)
         place = LoggerPlace(home=sweep_dir, group=group or sweep_dir.resolve().name, variant="table", seed=0)
     except Exception as error:  # noqa: BLE001 - never raises: named instead
-        return [f"the table for the loggers ({type(error).__name__}: {error})"]
+        return [f"the table for the loggers ({describe_error(error)})"]
     for name, log in (("tensorboard", _tensorboard), ("mlflow", _mlflow)):
         if name in names:
             try:
                 log(markdown, files, place, (logger.get(name) or {}))
             except Exception as error:  # noqa: BLE001
-                problems.append(f"the {name} table ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
+                problems.append(f"the {name} table ({describe_error(error)})")
     return problems
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ablate.console import describe_error
 from ablate.report.formats import csv_columns, csv_rows, to_csv, to_latex, to_markdown
 from ablate.report.layout import TableLayout
 from ablate.record import Record, WandbEntry
@@ -79,13 +80,6 @@ class Published:
     written: dict[str, Path] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     wandb_dir: str | None = None
-
-
-def describe_error(error: BaseException) -> str:
-    """An error in a few words: its type and the first line of its message, at most 200 characters."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def publish(table: TableLayout, records: list[Record], sweep_dir: str | Path, *, save: bool = True,
