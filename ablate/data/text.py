@@ -1,10 +1,22 @@
-"""Language modelling on local text (``task=lm``): bytes, BPE, or your own tokenizer.
+"""Language modelling on local text (``task=lm``, ``task=mlm``): bytes, BPE, or your own tokenizer.
 
-Every input position is labelled with the next token (metric ``next_token_accuracy``; the loss
-is nats per token). ``task.tokenizer`` (see :mod:`ablate.data.tokens` and
+``task.objective``:
+
+* ``clm`` (``task=lm``, the default): causal LM; every input position is labelled with the next
+  token (metric ``next_token_accuracy``; the loss is nats per token);
+* ``mlm`` (``task=mlm``): BERT's masked LM (:mod:`ablate.data.masking`) on an encoder
+  (``task.causal=false``); the inputs are the window itself with ``task.mask_rate`` of its
+  positions corrupted, and only those positions are labelled, with their original token (metric
+  ``masked_token_accuracy``). Training masks come from the run's training stream; held-out masks
+  are fixed (:func:`ablate.data.base.held_out_generator`), the same for every seed and variant.
+
+``task.special_tokens`` (null: true for ``mlm``, false for ``clm``) appends PAD, CLS, SEP, MASK
+after the tokenizer's ids (:class:`ablate.data.vocab.TextCodec`, :meth:`LanguageModel.codec`), so
+a pretrained model shares its vocabulary with downstream tasks; the windows themselves never hold
+a special but MASK. ``task.tokenizer`` (see :mod:`ablate.data.tokens` and
 :mod:`ablate.data.encoders`):
 
-* ``bytes`` (default): the tokens are the UTF-8 bytes (vocabulary 256, no specials); the loss
+* ``bytes`` (default): the tokens are the UTF-8 bytes (vocabulary 256, 260 with the specials); the loss
   is nats per byte, ``loss / ln 2`` bits per byte;
 * ``bpe``: byte-level BPE trained locally on (the start of) the training part, ``task.vocab_size``
   tokens (default 4096);
@@ -64,8 +76,13 @@ import numpy as np
 import torch
 
 from . import tokens as tok
-from .base import IGNORE, N_VAL, Batch, Task, check_split, train_generator
+from .base import IGNORE, N_VAL, Batch, Task, check_split, held_out_generator, train_generator
 from .encoders import tokenizer_vocab_size
+from .masking import bert_mask
+from .vocab import SPECIALS, TextCodec
+
+#: the training objectives of ``task.objective``
+OBJECTIVES: tuple[str, ...] = ("clm", "mlm")
 
 #: stdlib modules whose source forms the default corpus (all present since Python 3.10)
 DEFAULT_CORPUS_MODULES: tuple[str, ...] = (
@@ -130,7 +147,7 @@ class LanguageModel(Task):
     """Causal language modelling (next-token prediction; Shannon 1951) over bytes, as in the
     character-level setting of Al-Rfou et al., 2019, "Character-Level Language Modeling with
     Deeper Self-Attention", or over byte-level BPE tokens (Sennrich et al., 2016; Radford et
-    al., 2019)."""
+    al., 2019); or masked language modelling (``objective="mlm"``; Devlin et al., 2019, "BERT")."""
 
     name = "lm"
     metric = "next_token_accuracy"
@@ -142,7 +159,8 @@ class LanguageModel(Task):
                  causal: bool = True, path: str | None = None, val_fraction: float = 0.1,
                  n_test: int = 256, n_val: int = N_VAL, tokenizer: str = "bytes",
                  vocab_size: int | None = None, cache_dir: str | None = None,
-                 bpe_sample_mb: float = tok.DEFAULT_SAMPLE_MB):
+                 bpe_sample_mb: float = tok.DEFAULT_SAMPLE_MB, objective: str = "clm",
+                 mask_rate: float = 0.15, special_tokens: bool | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal)
         self.path = None if path is None else str(path)
         self.val_fraction = float(val_fraction)
@@ -154,9 +172,15 @@ class LanguageModel(Task):
         if self.path is not None and not Path(self.path).expanduser().exists():
             raise ValueError(f"task.path={self.path!r} does not exist")
         problems = self._tokenizer_problems({"path": path, "tokenizer": tokenizer, "vocab_size": vocab_size})
+        problems += self._objective_problems({"objective": objective, "mask_rate": mask_rate, "causal": causal})
         if problems:
             raise ValueError("; ".join(problems))
-        self.vocab_size = self.n_classes = self._vocab_size(vocab_size)
+        self.objective, self.mask_rate = objective, float(mask_rate)
+        self.special_tokens = objective == "mlm" if special_tokens is None else bool(special_tokens)
+        self.metric = "masked_token_accuracy" if objective == "mlm" else "next_token_accuracy"
+        #: the tokenizer's ids (the corpus vocabulary); the specials, if any, follow them
+        self.base_vocab = self._vocab_size(vocab_size)
+        self.vocab_size = self.n_classes = self.base_vocab + (len(SPECIALS) if self.special_tokens else 0)
         #: UTF-8 bytes per token of the whole test text (the token file's figure, or a ``.bin``
         #: sidecar's; None until ``setup``, or when unknown). Bits per byte use
         #: :meth:`target_bytes`, the bytes of the scored targets, where it is known.
@@ -164,6 +188,27 @@ class LanguageModel(Task):
         #: the token file read (set by ``setup``)
         self.tokens: tok.Tokens | None = None
         self._target_bytes: tok.TargetBytes | None = None  # made by the first ``target_bytes``
+
+    def codec(self) -> TextCodec:
+        """The vocabulary of this task's model (tokenizer + specials, if any), for downstream
+        tasks to encode their text with. Raises ``ValueError`` for a pre-tokenized ``.bin``."""
+        self.setup()
+        if is_token_file(self.path):
+            raise ValueError(f"task.path={self.path!r} is pre-tokenized: it has no tokenizer to encode "
+                             "downstream text with (pretrain on text with task.tokenizer=bytes, bpe or a "
+                             "tokenizer.json)")
+        if self.tokenizer == "bytes":
+            return TextCodec.of("bytes", self.special_tokens)
+        if self.tokenizer == "bpe":  # the tokenizer trained on this corpus: its cache entry's, beside tokens.bin
+            path = Path(self.tokens.path).parent / "tokenizer.json"
+        else:
+            path = Path(self.tokenizer).expanduser()
+        # the task's base, not the file's count: the specials' ids follow it (a BPE may learn fewer merges)
+        return TextCodec(str(path), self.base_vocab, self.special_tokens)
+
+    @property
+    def mask_id(self) -> int:
+        return self.base_vocab + SPECIALS.index("[MASK]")
 
     def _vocab_size(self, setting: int | None) -> int:
         if is_token_file(self.path):
@@ -180,7 +225,7 @@ class LanguageModel(Task):
 
     def _load(self) -> tok.Tokens:
         if is_token_file(self.path):
-            return tok.bin_tokens(self.path, self.vocab_size)
+            return tok.bin_tokens(self.path, self.base_vocab)
         if self.tokenizer == "bytes" and self.path is None:  # small and fixed: read, not cached
             data = np.frombuffer(bytearray(read_corpus(None)), np.uint8)
             return tok.Tokens(path="", dtype="uint8", vocab_size=256, tokenizer="bytes", n_tokens=len(data),
@@ -193,7 +238,7 @@ class LanguageModel(Task):
         corpus = tok.Corpus(files)
         if corpus.size == 0:
             raise ValueError(f"task.path={self.path!r} is empty: a language model needs text to read")
-        return tok.prepare(corpus, self.tokenizer, self.vocab_size, self.val_fraction, self.cache_dir,
+        return tok.prepare(corpus, self.tokenizer, self.base_vocab, self.val_fraction, self.cache_dir,
                            self.bpe_sample_mb, describe=self.path or "the built-in corpus")
 
     def _setup(self) -> None:
@@ -231,13 +276,23 @@ class LanguageModel(Task):
         lo, hi = self._parts[split]
         return self.tokens.array()[lo:hi]
 
-    def _gather(self, data: np.ndarray, starts: np.ndarray, length: int) -> Batch:
+    def _windows(self, data: np.ndarray, starts: np.ndarray, length: int) -> torch.Tensor:
+        """The ``length + 1`` tokens from each of ``starts``."""
         w = data[starts[:, None] + np.arange(length + 1)].astype(np.int64)
-        if self._check_ids and len(w) and int(w.max()) >= self.vocab_size:
+        if self._check_ids and len(w) and int(w.max()) >= self.base_vocab:
             raise ValueError(f"task.path={self.path!r} holds token id {int(w.max())}, outside "
-                             f"task.vocab_size={self.vocab_size}")
-        w = torch.from_numpy(w)
+                             f"task.vocab_size={self.base_vocab}")
+        return torch.from_numpy(w)
+
+    def _gather(self, data: np.ndarray, starts: np.ndarray, length: int) -> Batch:
+        w = self._windows(data, starts, length)
         return w[:, :-1], w[:, 1:]
+
+    def _masked(self, data: np.ndarray, starts: np.ndarray, length: int, g: torch.Generator) -> Batch:
+        """Masked-LM inputs and targets of the windows at ``starts`` (not shifted: a window's first
+        ``length`` tokens), the corruption drawn from ``g``."""
+        return bert_mask(self._windows(data, starts, length)[:, :length], g, self.mask_rate, self.mask_id,
+                         self.base_vocab)
 
     def train_batches(self, seed: int, rank: int = 0):
         self.setup()
@@ -247,7 +302,10 @@ class LanguageModel(Task):
         hi = hi - lo - T  # start s needs s + T < len(data)
         while True:
             starts = torch.randint(0, hi, (B,), generator=g)
-            yield self._gather(self._part("train"), starts.numpy(), T)
+            if self.objective == "mlm":
+                yield self._masked(self._part("train"), starts.numpy(), T, g)
+            else:
+                yield self._gather(self._part("train"), starts.numpy(), T)
 
     def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
         self.setup()
@@ -259,6 +317,9 @@ class LanguageModel(Task):
                              f"fewer than length + 1 = {length + 1}")
         k = min(n, avail)
         starts = ((torch.arange(k) * avail // k) * length).numpy()
+        if self.objective == "mlm":  # masked all at once, so the masks do not depend on batch_size
+            x, y = self._masked(data, starts, length, held_out_generator("mlm", length, split))
+            return list(zip(x.split(self.batch_size), y.split(self.batch_size)))
         return [self._gather(data, starts[i:i + self.batch_size], length)
                 for i in range(0, k, self.batch_size)]
 
@@ -328,7 +389,22 @@ class LanguageModel(Task):
         sample = cfg.get("bpe_sample_mb", tok.DEFAULT_SAMPLE_MB)
         if not (isinstance(sample, (int, float)) and not isinstance(sample, bool) and sample > 0):
             out.append(f"task.bpe_sample_mb must be a positive number, got {sample!r}")
-        if cfg.get("causal", True) is False:
-            out.append("task.causal=false lets a language model see the token it must predict; "
-                       "lm needs task.causal=true")
+        out += cls._objective_problems(cfg)
+        return out
+
+    @classmethod
+    def _objective_problems(cls, cfg: dict) -> list[str]:
+        objective, causal, rate = cfg.get("objective", "clm"), cfg.get("causal", True), cfg.get("mask_rate", 0.15)
+        if objective not in OBJECTIVES:
+            return [f"task.objective={objective!r} is not a training objective; valid: {', '.join(OBJECTIVES)}"]
+        if objective == "clm":
+            return [] if causal is not False else [
+                "task.causal=false lets a language model see the token it must predict; lm needs "
+                "task.causal=true (for an encoder, masked LM: task=mlm)"]
+        out = []
+        if causal is True:
+            out.append("task.objective=mlm with task.causal=true: masked LM reads the context on both sides "
+                       "of a masked token; use task=mlm or task.causal=false")
+        if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate < 1):
+            out.append(f"task.mask_rate must be a number in (0, 1), got {rate!r}")
         return out
