@@ -29,13 +29,15 @@ from ablate.components import (ComponentError, Context, call_problems, import_ta
                                type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
 from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
-                             LoggerSettings, Seed, TuneSettings)
+                             FinetuneSettings, LoggerSettings, Seed, TuneSettings)
 
 #: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
 #: components in build order, then the run's; ``ablate --list`` shows them in this order
 CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "callbacks", "experiment")
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
 ROOT_KEYS = ("seed", "smoke", "optimized_metric", "model", "eval", "budget", "tune", "checkpoint", "measure", *CONFIG_GROUPS)
+#: top-level keys a config may leave out (a config tree from before them)
+OPTIONAL_ROOT_KEYS = ("finetune",)
 
 
 class ConfigError(ValueError):
@@ -217,8 +219,8 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     from ablate.optim import OptimSettings
     from ablate.measure import MeasureSettings
 
-    problems = [f"{key}: not a key of the config; valid top-level keys: {', '.join(ROOT_KEYS)}"
-                for key in cfg if key not in ROOT_KEYS and key != "hydra"]
+    problems = [f"{key}: not a key of the config; valid top-level keys: {', '.join(ROOT_KEYS + OPTIONAL_ROOT_KEYS)}"
+                for key in cfg if key not in ROOT_KEYS + OPTIONAL_ROOT_KEYS and key != "hydra"]
     problems += [f"{key} is missing from the config" for key in ROOT_KEYS if key not in cfg]
     seed = value_problem(cfg.get("seed"), Seed)
     if seed:
@@ -229,7 +231,8 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
         problems.append(f"optimized_metric={cfg['optimized_metric']!r}; valid choices: {', '.join(OPTIMIZED_METRICS)}")
     for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
                          ("logger", LoggerSettings), ("experiment", ExperimentSettings), ("eval", EvalSettings),
-                         ("budget", BudgetSettings), ("tune", TuneSettings), ("checkpoint", CheckpointSettings)):
+                         ("budget", BudgetSettings), ("tune", TuneSettings), ("checkpoint", CheckpointSettings),
+                         ("finetune", FinetuneSettings)):
         if name in cfg:
             problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
     if "trainer" in cfg:

@@ -34,7 +34,8 @@ def sweeper_kind(target: str) -> str:
 
 def ablate_sweeper_settings(cfg: DictConfig) -> list[str]:
     """The settings of ``cfg`` that only ablate's sweeper can honour, as ``key=value``: rows
-    generated from a design, steps matched to a budget, a learning rate tuned per variant. Another
+    generated from a design, steps matched to a budget, a learning rate tuned per variant, a fine-tune
+    stage after the pretraining. Another
     sweeper would launch each job as if they were not there."""
     settings = RunSettings.of(cfg)
     found = ["experiment.design"] if settings.experiment.design is not None else []
@@ -42,6 +43,8 @@ def ablate_sweeper_settings(cfg: DictConfig) -> list[str]:
         found.append(f"budget.match={settings.budget.match}")
     if settings.tune.lr:
         found.append(f"tune.lr={list(settings.tune.lr)}")
+    if settings.finetune.tasks:
+        found.append(f"finetune.tasks={list(settings.finetune.tasks)}")
     return found
 
 
@@ -50,6 +53,6 @@ def sweeper_refusal(cfg: DictConfig, sweeper: str) -> str | None:
     found = ablate_sweeper_settings(cfg)
     if not found:
         return None
-    return (f"{', '.join(found)}: only ablate's sweeper can run this (it plans design rows, budgets and "
-            f"tuning stages before launching); drop hydra/sweeper={sweeper} to use it (hydra/sweeper=ablate, "
+    return (f"{', '.join(found)}: only ablate's sweeper can run this (it plans design rows, budgets, "
+            f"tuning and fine-tune stages before launching); drop hydra/sweeper={sweeper} to use it (hydra/sweeper=ablate, "
             "the default), or remove these settings")

@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
-from ablate.planner import Planner, directory_conflict, variant_configs
+from ablate.planner import Planner, directory_conflict, finetune_stage
 from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
@@ -77,9 +77,10 @@ class PlannedJob:
     steps: int
     status: str          # "done" (an ok record: skipped), "rerun" (failed/diverged/interrupted), "to run",
                          # "after tuning" (a tuned sweep's final run, at the lr its tuning runs choose)
-    variant: str
+    variant: str         # what its step time is looked up by: its variant (a fine-tune's: "variant -> task")
     estimate: StepEstimate | None = None
     flops: float | None = None  # training FLOPs of the job: steps x tokens per step x FLOPs per token
+    stage: str = ""      # "finetune" for a fine-tune stage's job; "" for the others (pretraining, or a plain sweep)
 
     @property
     def runs(self) -> bool:
@@ -200,6 +201,10 @@ def _planned(planner: Planner, plan: SweepPlan, sweep_dir: Path) -> Preview:
     for job in final_stage(plan):  # the sweeper's own list of a tuned sweep's final runs
         jobs.append(PlannedJob(len(jobs), job, int(planner.compose(_rate_unset(job)).trainer.max_steps),
                                "after tuning", plan.variant(job) or "defaults"))
+    for job in finetune_stage(plan):  # the sweeper's own list of the fine-tunes, after the pretraining
+        cfg = planner.compose(job)
+        jobs.append(PlannedJob(len(jobs), job, int(cfg.trainer.max_steps), job_status(sweep_dir, job),
+                               f"{plan.variant(job) or 'defaults'} -> {cfg.task.name}", stage="finetune"))
     return Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan),
                    rate_from=dict(plan.tune.transfer) if plan.tune is not None else {})
 
@@ -224,10 +229,10 @@ def _estimate(planner: Planner, plan: SweepPlan, shown: Preview, time_steps: boo
     """Fill in ``shown``'s estimates: earlier runs, earlier timings, then (``time_steps``) timing here."""
     from ablate.timing import device_name, recall, remember, step_time_key
 
-    todo = {j.variant for j in shown.jobs if j.runs}
-    jobs = [_rate_unset(j.overrides) for j in shown.jobs]
-    configs = {(key or "defaults"): cfg for key, cfg in variant_configs(planner, plan, jobs).items()
-               if (key or "defaults") in todo}
+    configs = {}  # one config per step time to find: each variant's (a fine-tune's: per task) first job
+    for job in shown.jobs:
+        if job.runs and job.variant not in configs:
+            configs[job.variant] = planner.compose(_rate_unset(job.overrides))
     threads, shown.parallel = _job_share(planner.config, len(plan.jobs))
     keys = {variant: step_time_key(cfg, threads, shown.parallel, device_name(cfg)) for variant, cfg in configs.items()}
     found = _record_samples(shown.sweep_dir, plan)
@@ -351,6 +356,8 @@ def render(plan: Preview) -> str:
         lines.append("  after tuning: a final run, at the learning rate its variant's tuning runs choose"
                      + (f"; {len(plan.rate_from)} variant(s) of a larger rung take the rate chosen at their "
                         "smallest rung (tune.rungs=smallest)" if plan.rate_from else ""))
+    if any(job.stage == "finetune" for job in plan.jobs):
+        lines += _stage_lines(plan)
     todo = plan.to_run
     lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
                  f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")
@@ -367,3 +374,15 @@ def render(plan: Preview) -> str:
     if plan.parallel > 1 and todo:
         lines.append("  (steps were timed one variant at a time: jobs sharing the cores may step slower)")
     return "\n".join(lines)
+
+
+def _stage_lines(plan: Preview) -> list[str]:
+    """A sweep with a fine-tune stage: its two stages, in the order they run, with their jobs and time."""
+    lines = ["  stages, in order (the fine-tunes start once the pretraining has ended):"]
+    for name, stage in (("pretraining", ""), ("fine-tuning", "finetune")):
+        jobs = [j for j in plan.jobs if j.stage == stage]
+        todo = [j for j in jobs if j.runs]
+        seconds = sum(j.seconds or 0.0 for j in todo) / plan.parallel
+        timed = f", about {duration_text(seconds)} here" if todo and all(j.seconds is not None for j in todo) else ""
+        lines.append(f"    {name}: {len(jobs)} job(s), {len(todo)} to run, {sum(j.steps for j in todo):,} steps{timed}")
+    return lines

@@ -1,5 +1,5 @@
 """A job's record, ``result.json``, as one typed family: :class:`Record` with its :class:`Metrics`,
-:class:`BudgetEntry`, :class:`TuneEntry` and :class:`JobEntry`.
+:class:`BudgetEntry`, :class:`TuneEntry`, :class:`FinetuneEntry` and :class:`JobEntry`.
 
 A job fills a ``Record`` as it goes (``ablate.run``; training fills its ``Metrics``: ``ablate.train``)
 and writes it (:meth:`Record.write`: atomically); the table, ``--plan`` and a relaunch read it back
@@ -27,8 +27,8 @@ from typing import Any, Iterable, Mapping
 from ablate.record_checks import record_problems
 from ablate.results import write_json_atomic
 
-#: this version's records; a record without ``schema`` is version 1 (before it was written)
-SCHEMA = 2
+#: this version's records (3: ``stage`` and ``finetune``); a record without ``schema`` is version 1
+SCHEMA = 3
 RESULT_FILE = "result.json"
 
 
@@ -149,6 +149,22 @@ class TuneEntry:
 
 
 @dataclass
+class FinetuneEntry:
+    """A job of a sweep with a fine-tune stage. A fine-tune's: its task, mode and fine-tune seed, and the
+    pretraining it started from (job directory, variant, seed, the weights file and its SHA-256). A
+    pretraining's: the weights file it left for its fine-tunes and its SHA-256 (the rest None)."""
+
+    task: str | None = None
+    mode: str | None = None               # full | probe
+    seed: int | None = None               # the fine-tune seed
+    from_job: str | None = None           # the pretraining job's directory
+    from_variant: str | None = None
+    from_seed: int | None = None
+    checkpoint: str | None = None         # the pretrained weights (ablate.finetune.PRETRAINED)
+    sha256: str | None = None             # of that file
+
+
+@dataclass
 class WandbEntry:
     project: str | None = None
     group: str | None = None
@@ -187,6 +203,8 @@ class Record:
     wandb: WandbEntry | None = None
     budget: BudgetEntry | None = None
     tune: TuneEntry | None = None
+    stage: str | None = None              # pretrain | finetune in a sweep with a fine-tune stage; else None
+    finetune: FinetuneEntry | None = None
     job: JobEntry = field(default_factory=JobEntry)
     schema: int = SCHEMA
     path: Path | None = field(default=None, compare=False)
@@ -350,5 +368,6 @@ def _record(data: dict[str, Any]) -> Record:
         diverged_step=data.get("diverged_step"), traceback=data.get("traceback"),
         wandb=_entry(WandbEntry, data.get("wandb")),
         budget=_entry(BudgetEntry, budget) if isinstance(budget, dict) and budget.get("match") else None,
-        tune=_entry(TuneEntry, data.get("tune")), job=_entry(JobEntry, data.get("job")) or JobEntry(),
+        tune=_entry(TuneEntry, data.get("tune")), stage=data.get("stage"),
+        finetune=_entry(FinetuneEntry, data.get("finetune")), job=_entry(JobEntry, data.get("job")) or JobEntry(),
         schema=int(data.get("schema", 1)))

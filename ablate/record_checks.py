@@ -13,7 +13,9 @@ STATUSES = ("ok", "diverged", "failed", "interrupted")
 #: headline metrics that are not fractions in [0, 1] (``ablate.lit.CONFUSION_METRICS``): their range
 SIGNED_METRICS = {"matthews_corr": (-1.0, 1.0)}
 #: record entries that are mappings when present (null allowed: an entry a job had nothing for)
-MAPPING_ENTRIES = ("metrics", "config", "choices", "experiment", "job", "budget", "tune", "wandb")
+MAPPING_ENTRIES = ("metrics", "config", "choices", "experiment", "job", "budget", "tune", "finetune", "wandb")
+#: a job's stage in a sweep with a fine-tune stage (absent or null elsewhere)
+STAGES = ("pretrain", "finetune")
 #: the ``metrics`` keys checked by kind (each may be null or absent: records of any age)
 _NON_NEGATIVE_INTS = ("params", "steps", "tokens", "timed_steps", "early_loss_step")
 _NON_NEGATIVE_NUMBERS = ("peak_memory_bytes", "flops_per_token", "train_flops", "wall_time_s", "lr")
@@ -74,6 +76,9 @@ def record_problems(record: dict[str, Any]) -> list[str]:
     for entry in MAPPING_ENTRIES:
         if record.get(entry) is not None and not isinstance(record[entry], dict):
             bad(entry, record[entry], "expected a mapping")
+    stage = record.get("stage")
+    if stage is not None and stage not in STAGES:
+        bad("stage", stage, f"expected one of {', '.join(STAGES)} or null")
     schema = record.get("schema")
     if schema is not None and not (_is_int(schema) and schema >= 1):
         bad("schema", schema, "expected an integer >= 1")

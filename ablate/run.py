@@ -29,7 +29,8 @@ from ablate.console import print_job_line
 from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
 from ablate.settings import RunSettings, apply_smoke
-from ablate.record import BudgetEntry, Record, TuneEntry, WandbEntry, read_record
+from ablate.finetune import PRETRAINED, pretrained_problem, stage
+from ablate.record import BudgetEntry, FinetuneEntry, Record, TuneEntry, WandbEntry, read_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
 from ablate.loggers import sweep_group, uses_wandb
 from ablate.sweep import design_labels, job_signature
@@ -59,6 +60,10 @@ def run_job(cfg: DictConfig, job: Job) -> Record:
     apply_smoke(cfg)
     validate(cfg)
     settings = RunSettings.of(cfg)  # read once: the job, its training and its record take these
+    if settings.finetune.tasks and job.sweep_dir is None:
+        raise ConfigError(f"finetune.tasks={list(settings.finetune.tasks)} pretrains, then fine-tunes each pretrained "
+                          "model, across the jobs of a sweep; run it as one: ablate -m finetune.tasks=... "
+                          "(and the variants to compare)")
     if settings.tune.lr and job.sweep_dir is None:
         raise ConfigError(f"tune.lr={list(settings.tune.lr)} tunes the learning rate across the runs of a sweep; "
                           "run it as one: ablate -m tune.lr=... (and the variants to compare)")
@@ -69,23 +74,31 @@ def run_job(cfg: DictConfig, job: Job) -> Record:
     if _stopped:  # this process was asked to stop while it ran an earlier job
         print(f"[ablate] {job.name}: not started: this process was stopped", file=sys.stderr)
         raise SystemExit(_stopped[0])
-    done = _done_already(job)
+    done = _done_already(job, cfg)
     if done is not None:
         return done
     if _rank() == 0 and not job.claim():
         return _running_elsewhere(job)
     try:
-        done = _done_already(job)  # again, under the lock: another process may have finished it meanwhile
+        done = _done_already(job, cfg, say=False)  # again, under the lock: another process may have finished it meanwhile
         return done if done is not None else _train_job(cfg, settings, job, validation_started)
     finally:
         job.release()
 
 
-def _done_already(job: Job) -> Record | None:
-    """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do."""
+def _done_already(job: Job, cfg: DictConfig, say: bool = True) -> Record | None:
+    """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do. A
+    pretraining whose weights for its fine-tunes are missing or corrupt is trained again (one line says why)."""
     previous = read_record(job.dir)  # None for an implausible record too (ablate.record): not trusted, run again
     if previous is None or not previous.ok or job_signature(previous.overrides) != job_signature(job.overrides):
         return None
+    if stage(cfg) == "pretrain":
+        problem = pretrained_problem(job.dir, previous.finetune.sha256 if previous.finetune else None)
+        if problem is not None:
+            if say:
+                print(f"[ablate] {job.name}: finished, but its weights for the fine-tunes cannot be used ({problem}); "
+                      "training it again")
+            return None
     print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
     return previous
 
@@ -103,7 +116,8 @@ def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_star
     group = sweep_group(cfg, job.sweep_dir)
     record = Record(status="failed", overrides=job.overrides, choices=job.choices,
                     experiment=_experiment_entry(resolved["experiment"]), config=resolved,
-                    budget=_budget_entry(cfg, settings, job), tune=_tune_entry(job), job=job.record_fields())
+                    budget=_budget_entry(cfg, settings, job), tune=_tune_entry(job), stage=stage(cfg),
+                    finetune=_finetune_entry(cfg, settings, job), job=job.record_fields())
     run = None
     started = time.perf_counter()
     stop = StopSignals()
@@ -141,7 +155,7 @@ def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_star
             interrupt.act_on_held()
             stop.act_on_held()
             started = time.perf_counter()
-            train(cfg, job, run, record.metrics, checkpointer, resume, settings.eval)
+            train(cfg, job, run, record.metrics, checkpointer, resume, settings.eval, record.finetune)
             record.status = "ok"
             if not settings.checkpoint.keep:
                 shutil.rmtree(checkpointer.path.parent, ignore_errors=True)
@@ -234,6 +248,23 @@ def _tune_entry(job: Job) -> TuneEntry | None:
     return TuneEntry(rungs=tune.rungs, tuned_on=tune.transfer.get(job.variant, job.variant))
 
 
+def _finetune_entry(cfg: DictConfig, settings: RunSettings, job: Job) -> FinetuneEntry | None:
+    """The record's ``finetune`` in a sweep with a fine-tune stage: a fine-tune's task, mode, seed and
+    pretraining job (training adds the weights file it loaded and their hash); a pretraining's weights
+    file (training adds its hash once written). None in other sweeps."""
+    which = stage(cfg)
+    if which is None:
+        return None
+    if which == "pretrain":
+        return FinetuneEntry(checkpoint=str(job.dir / PRETRAINED))
+    ft = settings.finetune
+    pretraining = Path(str(job.sweep_dir or ".")) / str(ft.from_job)
+    previous = read_record(pretraining)
+    return FinetuneEntry(task=str(cfg.task.get("name")), mode=ft.mode, seed=int(ft.seed), from_job=str(pretraining),
+                         from_variant=job.variant, from_seed=int(previous.seed) if previous and previous.seed is not None
+                         else int(cfg.seed), checkpoint=str(pretraining / PRETRAINED))
+
+
 def _rank() -> int:
     """This process's global rank (0 outside distributed training), as Lightning reads it; before
     Lightning is loaded (a stop cut its import short: importing it again could fail) from the
@@ -259,7 +290,8 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
     from ablate.tracking import define_metrics, init_run, job_notes, job_run_id, job_tags, wants_system_metrics
 
     try:
-        run = init_run(name=job.name, group=group, job_type="train", project=cfg.logger.project,
+        run = init_run(name=job.name, group=group, job_type="finetune" if stage(cfg) == "finetune" else "train",
+                       project=cfg.logger.project,
                        entity=cfg.logger.get("entity"), config=_wandb_config(resolved, job), dir=job.dir,
                        tags=job_tags(cfg.logger.get("tags") or [], cfg.experiment.name, cfg.smoke is True),
                        notes=job_notes(cfg.logger.get("notes"), job.overrides), run_id=job_run_id(job.dir, run_id),

@@ -1,5 +1,5 @@
 """The settings classes of the config's plain run nodes (``logger``, ``experiment``, ``eval``,
-``budget``, ``checkpoint``, ``tune``; ``model``'s, ``optim``'s and ``measure``'s live beside their code),
+``budget``, ``checkpoint``, ``tune``, ``finetune``; ``model``'s, ``optim``'s and ``measure``'s live beside their code),
 and what a smoke test (:func:`apply_smoke`) and an optimising sweeper (:func:`optimized_value`) read
 of a config. ``ablate.config`` checks a config against them.
 """
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.components import NonNegativeInt, PositiveFloat, Range
+from ablate.components import NonNegativeInt, PositiveFloat, PositiveInt, Range
 from ablate.record import from_fields
 
 Seed = Annotated[int, Range(0, 2**32 - 1)]  # what Lightning's seed_everything accepts
@@ -143,6 +143,42 @@ class TuneSettings:
         return []
 
 
+FINETUNE_MODES = ("full", "probe")
+
+
+@dataclass
+class FinetuneSettings:
+    """The ``finetune`` node: a sweep that pretrains, then fine-tunes every pretrained checkpoint on
+    each of ``tasks`` (``conf/task/<name>.yaml``) with its own steps, learning rate and seeds
+    (``ablate.finetune``). ``from_job`` and ``seed`` are set by the sweep on a fine-tune job."""
+
+    tasks: list[str] = field(default_factory=list)
+    steps: PositiveInt = 200
+    lr: PositiveFloat = 1.0e-3
+    batch_size: PositiveInt | None = None   # null: the downstream task's own
+    seq_len: PositiveInt | None = None      # null: the downstream task's own
+    seeds: list[Seed] = field(default_factory=lambda: [0])
+    mode: Literal["full", "probe"] = "full"
+    settings: dict = field(default_factory=dict)  # task name -> {task key: value}
+    from_job: str | None = None             # a fine-tune job's pretraining job directory (its name in the sweep)
+    seed: Seed = 0                          # a fine-tune job's fine-tune seed
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        out = []
+        if isinstance(settings.get("seeds"), list) and not settings["seeds"] and settings.get("tasks"):
+            out.append("finetune.seeds=[] gives the fine-tunes no seed; e.g. finetune.seeds=[0]")
+        tasks, per_task = settings.get("tasks"), settings.get("settings")
+        if isinstance(tasks, list) and len(set(map(str, tasks))) < len(tasks):
+            out.append(f"finetune.tasks={list(tasks)} names a task twice; name each once")
+        if isinstance(per_task, Mapping) and isinstance(tasks, list):
+            out += [f"finetune.settings.{name}: not one of finetune.tasks ({', '.join(map(str, tasks)) or 'none'})"
+                    for name in per_task if name not in tasks]
+            out += [f"finetune.settings.{name} must map task keys to values, got {value!r}"
+                    for name, value in per_task.items() if not isinstance(value, Mapping)]
+        return out
+
+
 T = TypeVar("T")
 
 
@@ -157,7 +193,7 @@ def read_settings(cls: type[T], node: Any) -> T:
 @dataclass
 class RunSettings:
     """The run-level nodes that the planner and a job read (``experiment``, ``eval``, ``budget``,
-    ``checkpoint``, ``tune``), read once from a config: what crosses from the config into the
+    ``checkpoint``, ``tune``, ``finetune``), read once from a config: what crosses from the config into the
     planner, the job and its record is these objects, not the raw config with defaults of its own."""
 
     experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
@@ -165,6 +201,7 @@ class RunSettings:
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     tune: TuneSettings = field(default_factory=TuneSettings)
+    finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
 
     @classmethod
     def of(cls, cfg: Any) -> "RunSettings":
@@ -172,7 +209,8 @@ class RunSettings:
                    eval=read_settings(EvalSettings, cfg.get("eval")),
                    budget=read_settings(BudgetSettings, cfg.get("budget")),
                    checkpoint=read_settings(CheckpointSettings, cfg.get("checkpoint")),
-                   tune=read_settings(TuneSettings, cfg.get("tune")))
+                   tune=read_settings(TuneSettings, cfg.get("tune")),
+                   finetune=read_settings(FinetuneSettings, cfg.get("finetune")))
 
 
 #: what a job may return to the sweeper (``optimized_metric``): a validation metric at the end of

@@ -160,20 +160,37 @@ class Tuning:
 
 
 @dataclass
+class FineTune:
+    """A sweep's fine-tune stage (``finetune.tasks``): the definition's jobs pretrain, then each
+    pretraining job is fine-tuned on every task x fine-tune seed (``ablate.finetune.finetune_jobs``)."""
+
+    tasks: list[str]                # the downstream tasks (conf/task/<name>.yaml)
+    seeds: list[int] = field(default_factory=lambda: [0])  # fine-tune seeds per pretrained checkpoint
+    steps: int = 200                # each fine-tune's trainer.max_steps
+    lr: float = 1e-3                # each fine-tune's optim.lr
+    mode: str = "full"              # full | probe (a linear probe on the frozen body)
+    causal: bool = False            # the pretrained model's attention, unless a job sets model.causal
+    # task -> the overrides its fine-tune jobs add (the pretraining's tokenizer, batch size, seq_len, settings)
+    task_overrides: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
 class SweepPlan:
     """A multirun, planned: what ``ablate.planner`` makes of a command line and ``sweep.json`` holds.
 
     ``definition`` is every job the command line defines (design rows and budget steps
     included): what a relaunch must define again to resume. ``jobs`` is every job launched so far:
     the first stage (a tuned sweep's tuning runs, else the definition), then a tuned sweep's final
-    runs. ``swept`` are the keys that name variants (``seed`` included; never a budget's
-    ``trainer.max_steps`` or a tuned ``optim.lr``). ``budget`` and ``tune`` are None when off."""
+    runs, then a fine-tune stage's jobs. ``swept`` are the keys that name variants (``seed`` included;
+    never a budget's ``trainer.max_steps`` or a tuned ``optim.lr``). ``budget``, ``tune`` and
+    ``finetune`` are None when off."""
 
     swept: list[str]
     jobs: list[list[str]]
     definition: list[list[str]]
     budget: Budget | None = None
     tune: Tuning | None = None
+    finetune: FineTune | None = None
 
     def variant(self, overrides: Iterable[str] | None) -> str:
         """A job's variant by name (``""`` for the defaults)."""
@@ -184,6 +201,8 @@ class SweepPlan:
         data = asdict(self)
         if self.tune is None:
             del data["tune"]  # an untuned sweep's file has no tune entry
+        if self.finetune is None:
+            del data["finetune"]  # nor a sweep without a fine-tune stage a finetune entry
         path = Path(sweep_dir) / SWEEP_FILE
         write_json_atomic(path, data)
         return path
@@ -219,10 +238,11 @@ class SweepPlan:
         jobs = _job_lists(data["jobs"])
         definition = _job_lists(data.get("definition")) if data.get("definition") is not None else jobs
         swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
-        budget, tune = data.get("budget"), data.get("tune")
+        budget, tune, finetune = data.get("budget"), data.get("tune"), data.get("finetune")
         return cls(swept=swept, jobs=jobs, definition=definition,
                    budget=from_fields(Budget, budget) if isinstance(budget, dict) else None,
-                   tune=from_fields(Tuning, tune) if isinstance(tune, dict) else None)
+                   tune=from_fields(Tuning, tune) if isinstance(tune, dict) else None,
+                   finetune=from_fields(FineTune, finetune) if isinstance(finetune, dict) else None)
 
 
 def _job_lists(value: Any) -> list[list[str]]:

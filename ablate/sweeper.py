@@ -10,7 +10,8 @@
    another definition there is refused unless ``hydra.sweeper.redefine=true`` (``ablate --redefine``);
 4. launch the plan through whichever launcher is configured: the
    tuning runs as a first stage, then, once each variant's learning rate is chosen on the
-   validation split, the final runs.
+   validation split, the final runs; with ``finetune.tasks``, then every fine-tune of the
+   pretraining jobs that ended ok (``ablate.finetune``).
 
 A sweep that cannot run exits 2 naming why, before anything is written or trained; so does a
 directory whose ``sweep.json`` cannot be read (without it the directory's sweep is unknown). A
@@ -39,9 +40,10 @@ from omegaconf import OmegaConf
 from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
 from ablate.launchers import launcher_kind
 from ablate.loggers import uses_wandb
-from ablate.planner import Planner, SweepError, launcher_compose
+from ablate.finetune import from_job, pretrained_problem
+from ablate.planner import Planner, SweepError, finetune_stage, launcher_compose
 from ablate.tuning import choose_lr, final_stage, lr_text
-from ablate.record import load_records
+from ablate.record import load_records, read_record
 from ablate.stops import STOP_SIGNALS, SignalHandlers
 from ablate.sweep import SweepPlan
 
@@ -95,10 +97,51 @@ def _stopped(why: str, code: int) -> None:
 
 
 def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
-    """Launch the plan: a tuned sweep's tuning runs, the learning rates chosen, then its final runs."""
+    """Launch the plan: a tuned sweep's tuning runs, the learning rates chosen, then its final runs;
+    then a fine-tune stage's jobs."""
     returns = [_launch(sweeper, plan.jobs, 0)]
-    if plan.tune is None:
-        return returns
+    chosen = None
+    if plan.tune is not None:
+        chosen = _tuned_stage(sweeper, plan, sweep_dir, returns)
+    if plan.finetune is not None:
+        _finetune_stage(sweeper, plan, sweep_dir, chosen, returns)
+    return returns
+
+
+def _finetune_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, chosen: dict[str, float] | None,
+                    returns: list[Any]) -> None:
+    """After the pretraining: every fine-tune of a pretraining job that ended ok with its weights
+    (``planner.finetune_stage``, the list --plan showed); the others wait for a relaunch, said in one line."""
+    todo, waiting = [], {}
+    for job in finetune_stage(plan, chosen):
+        name = from_job(job)
+        problem = waiting.get(name) or _pretraining_problem(sweep_dir / name)
+        if problem is None:
+            todo.append(job)
+        else:
+            waiting[name] = problem
+    if waiting:
+        print(f"[ablate] {len(waiting)} pretraining job(s) did not leave weights to fine-tune from, so their "
+              f"fine-tunes wait for a relaunch of the same command: "
+              + "; ".join(f"{name}: {why}" for name, why in waiting.items()), flush=True)
+    first = list(plan.jobs)
+    plan.jobs = first + todo
+    plan.write(sweep_dir)
+    if todo:
+        print(f"[ablate] pretraining done; {len(todo)} fine-tune job(s) on {', '.join(plan.finetune.tasks)} "
+              f"({plan.finetune.mode}, {plan.finetune.steps} steps each)", flush=True)
+        returns.append(_launch(sweeper, todo, len(first)))
+
+
+def _pretraining_problem(job_dir: Path) -> str | None:
+    record = read_record(job_dir)
+    if record is None or not record.ok:
+        return "no ok record" if record is None else f"it ended {record.status}"
+    return pretrained_problem(job_dir, record.finetune.sha256 if record.finetune else None)
+
+
+def _tuned_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, returns: list[Any]) -> dict[str, float]:
+    """A tuned sweep's second stage: each variant's rate chosen on its tuning runs, then its final runs."""
     chosen, scores = choose_lr(load_records(sweep_dir), plan)
     first = list(plan.jobs)
     todo = final_stage(plan, chosen)  # the list --plan showed, at the rates now chosen
@@ -109,7 +152,7 @@ def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
           + "; ".join(f"{variant or 'defaults'}: {lr_text(lr)}" for variant, lr in chosen.items()))
     if todo:
         returns.append(_launch(sweeper, todo, len(first)))
-    return returns
+    return chosen
 
 
 def _record(sweep_dir: Path, config: Any, plan: SweepPlan, planner: Planner, redefine: bool) -> None:

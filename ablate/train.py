@@ -15,8 +15,10 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_model, load_pretrained, run_seed,
+                             save_pretrained, stage)
 from ablate.job import Job
-from ablate.record import Metrics, Score
+from ablate.record import FinetuneEntry, Metrics, Score
 from ablate.settings import EvalSettings, read_settings
 
 
@@ -43,16 +45,22 @@ def quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def build(cfg: DictConfig) -> tuple[Any, Any, Any]:
-    """Data, model and Lightning module for ``cfg``: the one place a job's pieces are made."""
+def build(cfg: DictConfig, pretrained: Pretrained | None = None) -> tuple[Any, Any, Any]:
+    """Data, model and Lightning module for ``cfg``: the one place a job's pieces are made. A fine-tune
+    (``pretrained``: its pretraining's weights) starts from the pretrained body, with a new head
+    (``ablate.finetune.finetune_model``), its data order and head from its own seed."""
     from ablate.data import AblateDataModule
     from ablate.lit import AblateModule
     from ablate.model.transformer import build_model
 
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    data = AblateDataModule(cfg.task, seed=cfg.seed)
+    seed = int(cfg.seed) if pretrained is None else run_seed(cfg.seed, cfg.finetune.seed)
+    pl.seed_everything(seed, workers=True, verbose=False)
+    data = AblateDataModule(cfg.task, seed=seed)
     data.setup("fit")
-    model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
+    if pretrained is None:
+        model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
+    else:
+        model = finetune_model(cfg, pretrained, data)
     module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes)
     return data, model, module
 
@@ -117,11 +125,14 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
 
 
 def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: Any = None,
-          resume: dict[str, Any] | None = None, evaluation: EvalSettings | None = None) -> None:
+          resume: dict[str, Any] | None = None, evaluation: EvalSettings | None = None,
+          finetune: FinetuneEntry | None = None) -> None:
     """Build data, model and trainer from ``cfg``; fit (with a learning curve on the validation
     split); evaluate on the test split at every length; measure.
 
-    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then."""
+    Fills ``metrics`` as it goes, so a run that diverges or fails keeps what was known by then. In a
+    sweep with a fine-tune stage (``finetune``: the record's entry, filled here): a fine-tune starts
+    from its pretraining's weights; a pretraining leaves its weights for its fine-tunes after fitting."""
     from pytorch_lightning.callbacks import ProgressBar
 
     from ablate.curve import LearningCurve, curve_steps, early_stop_entry, model_checkpoint_entry
@@ -135,7 +146,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     quiet_lightning()
     if job.torch_threads:  # jobs that run at once share the cores instead of each taking all of them
         torch.set_num_threads(job.torch_threads)
-    data, model, module = build(cfg)
+    pretrained = _pretrained(cfg, job, finetune) if stage(cfg) == "finetune" else None
+    data, model, module = build(cfg, pretrained)
     resumed_step = int(resume["step"]) if resume else 0
     accumulate = accumulated_batches(cfg)
     tokens_per_step = data.tokens_per_batch * accumulate  # one optimizer step, on one device
@@ -171,6 +183,10 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     started = time.perf_counter()
     trainer.fit(module, train_dataloaders=train_loader, ckpt_path=str(checkpointer.path) if resume else None)
     time_s.update(fit=time.perf_counter() - started, steps=sum(speed.step_times))
+    if stage(cfg) == "pretrain" and trainer.is_global_zero:  # before testing: the fine-tunes need these weights
+        _, digest = save_pretrained(job.dir, model, data.task.codec())
+        if finetune is not None:
+            finetune.sha256 = digest
     if cuda:
         metrics.update(peak_memory_bytes=torch.cuda.max_memory_allocated(), memory_source="cuda-allocator")
     tokens = trainer.global_step * tokens_per_step * trainer.world_size
@@ -207,3 +223,19 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
         data.task.add_bits_per_byte(evals, lambda length: data.eval_batches(length, "test"))
         metrics.update(**{k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
     metrics.eval = {length: Score(**e) for length, e in evals.items()}
+
+
+def _pretrained(cfg: DictConfig, job: Job, entry: FinetuneEntry | None) -> Pretrained:
+    """A fine-tune's pretrained weights: its pretraining job's (``finetune.from_job`` in its sweep), which
+    must have ended ok; the file must be the one that job recorded (its SHA-256)."""
+    from ablate.record import read_record
+
+    pretraining = Path(str(job.sweep_dir or ".")) / str(cfg.finetune.from_job)
+    record = read_record(pretraining)
+    if record is None or not record.ok:
+        raise PretrainedError(f"the pretraining job {pretraining} has not finished ok "
+                              f"({'no record' if record is None else record.status}): nothing to fine-tune from")
+    pretrained = load_pretrained(pretraining / PRETRAINED, record.finetune.sha256 if record.finetune else None)
+    if entry is not None:
+        entry.checkpoint, entry.sha256 = str(pretrained.path), pretrained.sha256
+    return pretrained

@@ -18,7 +18,7 @@ from ablate.planner import Planner, SweepError
 from ablate.tuning import choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
 from ablate.record import Metrics, Record, Score
-from ablate.sweep import Budget, SweepPlan, Tuning, job_signature, override_key, same_jobs
+from ablate.sweep import Budget, FineTune, SweepPlan, Tuning, job_signature, override_key, same_jobs
 
 TINY = tiny_overrides(*QUIET)
 
@@ -342,8 +342,9 @@ def test_the_documented_sweep_file_is_the_code() -> None:
     assert list(doc) == [f.name for f in fields(SweepPlan)]
     assert set(doc["budget"]) == {f.name for f in fields(Budget)}
     assert set(doc["tune"]) == {f.name for f in fields(Tuning)}
+    assert set(doc["finetune"]) == {f.name for f in fields(FineTune)}
     plan = SweepPlan(swept=doc["swept"], jobs=doc["jobs"], definition=doc["definition"],
-                     budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]))
+                     budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]), finetune=FineTune(**doc["finetune"]))
     assert json.loads(json.dumps(doc)) == json.loads(json.dumps(asdict(plan)))
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.record import (SCHEMA, BudgetEntry, CurvePoint, JobEntry, Metrics, Record, RecordError, Score,
-                           TuneEntry, WandbEntry)
+from ablate.record import (SCHEMA, BudgetEntry, CurvePoint, FinetuneEntry, JobEntry, Metrics, Record, RecordError,
+                           Score, TuneEntry, WandbEntry)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "internals.md"
 
@@ -32,7 +32,8 @@ def test_the_documented_record_is_the_code() -> None:
     assert set(doc["metrics"]) - flat == {f.name for f in fields(Metrics)}
     assert set(doc["metrics"]["eval"]["16"]) == set(doc["metrics"]["val"]) == {f.name for f in fields(Score)}
     assert set(doc["metrics"]["history"][0]) == {f.name for f in fields(CurvePoint)}
-    for key, cls in (("budget", BudgetEntry), ("tune", TuneEntry), ("job", JobEntry), ("wandb", WandbEntry)):
+    for key, cls in (("budget", BudgetEntry), ("tune", TuneEntry), ("finetune", FinetuneEntry), ("job", JobEntry),
+                     ("wandb", WandbEntry)):
         assert set(doc[key]) == {f.name for f in fields(cls)}, key
     assert doc["schema"] == SCHEMA
     assert Record.from_json(doc).to_json() == doc  # read and written back: the same file

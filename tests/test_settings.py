@@ -10,11 +10,11 @@ import pytest
 from conftest import compose_cfg
 from omegaconf import OmegaConf
 
-from ablate.settings import (BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings, RunSettings,
-                             TuneSettings, read_settings)
+from ablate.settings import (BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings, FinetuneSettings,
+                             RunSettings, TuneSettings, read_settings)
 
 CLASSES = {"experiment": ExperimentSettings, "eval": EvalSettings, "budget": BudgetSettings,
-           "checkpoint": CheckpointSettings, "tune": TuneSettings}
+           "checkpoint": CheckpointSettings, "tune": TuneSettings, "finetune": FinetuneSettings}
 
 
 def _default(f) -> object:

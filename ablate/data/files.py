@@ -54,6 +54,7 @@ import torch
 
 from .base import (IGNORE, N_VAL, Batch, RowsStream, Task, _is_int, carve_validation, check_split,
                    train_generator)
+from .vocab import TextCodec
 from .formats import BYTE_VOCAB, PAD, Row, _ClassRows, _TagRows, encode_classification, read_glue_tsv, \
     read_tagging_file, sorted_labels
 
@@ -138,6 +139,9 @@ class ClassificationTask(FileTask):
     metric = "accuracy"
     vocab_size = BYTE_VOCAB
     pad_id = PAD
+    #: the vocabulary its ids come from: the bytes, then PAD, CLS, SEP at TextCodec's ids (a fine-tune
+    #: from a byte-level pretraining shares it; MASK, which it never uses, follows)
+    codec = TextCodec("bytes", 256, True)
 
     def _rows(self, split: str) -> list[Row]:
         raise NotImplementedError

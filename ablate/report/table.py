@@ -31,7 +31,7 @@ definition of a variant for the table, wandb and bench.json).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
@@ -204,7 +204,7 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     """
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r}; valid: {', '.join(TESTS)}")
-    sweep = records if isinstance(records, LoadedSweep) else sweep_of_records(records)
+    sweep = _pretraining(records if isinstance(records, LoadedSweep) else sweep_of_records(records))
     records = sweep.records
     if not records:
         raise ValueError("no records")
@@ -269,6 +269,18 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
 # ---------------------------------------------------------------------------------------------
 # The inputs
 # ---------------------------------------------------------------------------------------------
+
+def _pretraining(sweep: LoadedSweep) -> LoadedSweep:
+    """A sweep with a fine-tune stage is tabled by its pretraining runs: its fine-tune records (stage
+    ``finetune``) are left out, with a note (their per-task columns are not built yet)."""
+    finetuned = [r for r in sweep.records if r.stage == "finetune"]
+    if not finetuned:
+        return sweep
+    warnings.warn(f"this table shows the pretraining runs only; the {len(finetuned)} fine-tune record(s) "
+                  f"({', '.join(sorted({str(r.finetune.task) for r in finetuned if r.finetune}))}) are not in it "
+                  "(per-task columns are not built yet)", stacklevel=3)
+    return replace(sweep, records=[r for r in sweep.records if r.stage != "finetune"])
+
 
 def _warn_if_several_groups(records: list[Record]) -> None:
     """Records of several wandb groups are likely several sweeps mixed in one table."""
