@@ -99,6 +99,14 @@ def _done_already(job: Job, cfg: DictConfig, say: bool = True) -> Record | None:
                 print(f"[ablate] {job.name}: finished, but its weights for the fine-tunes cannot be used ({problem}); "
                       "training it again")
             return None
+    if stage(cfg) == "finetune":  # fine-tuned from weights its pretraining has since replaced: again
+        pretraining = read_record(Path(str(job.sweep_dir or ".")) / str(cfg.finetune.from_job))
+        now = pretraining.finetune.sha256 if pretraining is not None and pretraining.finetune else None
+        if previous.finetune is None or now != previous.finetune.sha256:
+            if say:
+                print(f"[ablate] {job.name}: finished, but from pretrained weights its pretraining has replaced since; "
+                      "fine-tuning it again")
+            return None
     print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
     return previous
 
