@@ -124,7 +124,10 @@ def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_star
     group = sweep_group(cfg, job.sweep_dir)
     record = Record(status="failed", overrides=job.overrides, choices=job.choices,
                     experiment=_experiment_entry(resolved["experiment"]), config=resolved,
-                    budget=_budget_entry(cfg, settings, job), tune=_tune_entry(job), stage=stage(cfg),
+                    # a fine-tune trains finetune.steps at finetune.lr: no budget matched, no rate tuned
+                    budget=_budget_entry(cfg, settings, job) if stage(cfg) != "finetune" else
+                    BudgetEntry(match="steps", steps=int(cfg.trainer.max_steps)),
+                    tune=_tune_entry(job) if stage(cfg) != "finetune" else None, stage=stage(cfg),
                     finetune=_finetune_entry(cfg, settings, job), job=job.record_fields())
     run = None
     started = time.perf_counter()
