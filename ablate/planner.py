@@ -11,7 +11,7 @@ batch. Four things a fair ablation needs do not fit a product launched at once:
   the validation split, i.e. after a first stage of runs (``ablate.tuning``: the stages' jobs and
   :func:`ablate.tuning.choose_lr`);
 * ``finetune.tasks=[...]``: every pretraining job is fine-tuned on each downstream task once it has
-  ended, a second stage whose jobs are validated with the first (:func:`finetune_stage`,
+  ended, a second stage whose jobs are validated with the first (``ablate.finetune_plan``,
   ``ablate.finetune``).
 
 :class:`Planner` turns a multirun's composed config into a :class:`ablate.sweep.SweepPlan` (the
@@ -26,9 +26,7 @@ tests), and cached.
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -37,10 +35,11 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
 from ablate.settings import RunSettings, apply_smoke
-from ablate.finetune import downstream_problems, finetune_jobs, pretraining_codec
-from ablate.tuning import CHOSEN, LR_KEY, final_jobs, no_seed, tuning_jobs
-from ablate.sweep import (SIZE_KEYS, Budget, FineTune, SweepPlan, Tuning, design_keys, design_rows, expand_sweep,
-                          job_signature, job_value, job_variant, override_key, override_value, same_jobs,
+from ablate.finetune import finetune_jobs
+from ablate.finetune_plan import check_finetune, plan_finetune
+from ablate.tuning import LR_KEY, no_seed, tuning_jobs
+from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep,
+                          job_signature, job_value, job_variant, override_key, same_jobs,
                           split_override_string, swept_keys)
 
 STEPS_KEY = "trainer.max_steps"
@@ -136,7 +135,7 @@ class Planner:
             named = design_keys(design) if design else []
             swept = named + [k for k in swept_keys(definition) if k != LR_KEY and k not in named]
             tune = self._tuning(definition)
-            definition, finetune = self._finetune(definition, swept)
+            definition, finetune, self._codec = plan_finetune(self.settings.finetune, self.compose, definition, swept)
         except ValueError as error:
             raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
         ladder = self._ladder_refusal(swept)
@@ -144,7 +143,11 @@ class Planner:
             raise SweepError(f"this sweep cannot run: {ladder}. Nothing was trained.")
         first = tuning_jobs(definition, swept, tune) if tune else definition
         if finetune is not None:
-            self._check_finetune(definition, finetune)
+            try:
+                for note in check_finetune(self.compose, self._codec, definition, finetune):
+                    print(f"[ablate] {note}", flush=True)
+            except ValueError as error:
+                raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
         self._validate(definition + [job for job in first if job_signature(job) not in
                                      {job_signature(j) for j in definition}]
                        + (finetune_jobs(finetune, definition) if finetune is not None else []))
@@ -234,83 +237,6 @@ class Planner:
             smallest = min(params, key=params.get)
             transfer |= {variant: smallest for variant in params if variant != smallest}
         return transfer
-
-    # ------------------------------------------------------------------------------ fine-tuning
-
-    def _finetune(self, definition: list[list[str]], swept: list[str]) -> tuple[list[list[str]], FineTune | None]:
-        """``finetune.tasks``: the definition's jobs pretrain (their task given the special tokens
-        the fine-tunes need), and the fine-tune stage's settings. Raises ValueError, one line."""
-        settings = self.settings.finetune
-        if not settings.tasks:
-            return definition, None
-        task_keys = [k for k in swept if k == "task" or k.startswith("task.")]
-        if task_keys:
-            raise ValueError(f"finetune.tasks fine-tunes every pretraining job on the same downstream tasks, so "
-                             f"the pretraining task cannot vary, but this sweep sweeps {', '.join(task_keys)}; sweep "
-                             "the architecture under one pretraining task (one sweep per pretraining task)")
-        first = self.compose(definition[0])
-        codec = pretraining_codec(first)
-        if not codec.specials:
-            if first.task.get("special_tokens") is False:
-                raise ValueError("task.special_tokens=false, but a fine-tune stage needs PAD, CLS and SEP in the "
-                                 "pretrained vocabulary from the first step; leave task.special_tokens unset (the "
-                                 "fine-tune stage sets it) or set it true")
-            definition = [job + ["task.special_tokens=true"] for job in definition]
-            codec = replace(codec, specials=True)
-        self._codec = codec
-        stage = FineTune(tasks=[str(t) for t in settings.tasks], seeds=[int(s) for s in settings.seeds],
-                         steps=int(settings.steps), lr=float(settings.lr), mode=settings.mode,
-                         causal=bool(first.model.causal))
-        stage.task_overrides = {task: self._task_overrides(task, stage, definition[0]) for task in stage.tasks}
-        return definition, stage
-
-    def _task_overrides(self, task: str, stage: FineTune, pretraining: list[str]) -> list[str]:
-        """What the fine-tunes on ``task`` add: the batch size and length of ``finetune``, the task's
-        ``finetune.settings``, and the pretraining's tokenizer where the task reads one."""
-        options = task_options()
-        if options and task not in options:
-            raise ValueError(f"finetune.tasks: {task!r} is not a task option; valid: {', '.join(options)}")
-        settings = self.settings.finetune
-        own = dict(settings.settings.get(task) or {})
-        out = [f"task.batch_size={settings.batch_size}"] if settings.batch_size else []
-        out += [f"task.seq_len={settings.seq_len}"] if settings.seq_len else []
-        out += [f"task.{key}={_value_text(value)}" for key, value in own.items()]
-        probe = finetune_jobs(replace(stage, tasks=[task], seeds=stage.seeds[:1], task_overrides={task: out}),
-                              [pretraining])[0]
-        try:
-            node = self.compose(probe).task
-        except Exception as error:  # noqa: BLE001 - Hydra's composition names what is wrong
-            raise ValueError(f"the fine-tunes on task={task} cannot be composed: {str(error).splitlines()[0]}") \
-                from error
-        if "tokenizer" in node and "tokenizer" not in own and node.tokenizer != self._codec.tokenizer:
-            out.insert(0, f"task.tokenizer={_value_text(self._codec.tokenizer)}")
-        return out
-
-    def _check_finetune(self, definition: list[list[str]], stage: FineTune) -> None:
-        """Every fine-tune against its pretraining: the vocabulary shared, the length within the
-        pretrained positions (or a note that they extrapolate). Raises SweepError, one line per problem."""
-        problems: dict[str, None] = {}
-        notes: dict[str, None] = {}
-        seen: set[tuple[str, ...]] = set()
-        for job in definition:
-            pretraining = self.compose(job)
-            for tuned in finetune_jobs(stage, [job]):
-                try:
-                    cfg = self.compose(tuned)
-                except Exception:  # noqa: BLE001 - the job's validation names it
-                    continue
-                key = tuple(OmegaConf.to_yaml(n) for n in (pretraining.model, pretraining.pos_enc,
-                                                           pretraining.task, cfg.task))
-                if key in seen:
-                    continue
-                seen.add(key)
-                found, said = downstream_problems(pretraining, self._codec, cfg)
-                problems |= dict.fromkeys(found)
-                notes |= dict.fromkeys(said)
-        if problems:
-            raise SweepError(f"this sweep cannot run: {'; '.join(problems)}. Nothing was trained.")
-        for note in notes:
-            print(f"[ablate] {note}", flush=True)
 
     # ------------------------------------------------------------------------------ validation
 
@@ -447,42 +373,6 @@ class Planner:
                 "hydra.sweep.dir, or add --redefine to run this definition there (its table then uses only "
                 "its own jobs" + ("" if self.sweeper == "ablate" else "; --redefine needs hydra/sweeper=ablate")
                 + ").")
-
-
-def task_options() -> list[str]:
-    """The options of the ``task`` group (Hydra's, with a ``--config-dir``'s own; else the package's)."""
-    try:
-        from hydra.core.global_hydra import GlobalHydra
-
-        if GlobalHydra.instance().is_initialized():
-            return sorted(GlobalHydra.instance().config_loader().get_group_options("task"))
-    except Exception:  # noqa: BLE001 - no Hydra state: the package's options
-        pass
-    from ablate.paths import CONF_DIR
-
-    return sorted(p.stem for p in (CONF_DIR / "task").glob("*.yaml"))
-
-
-def _value_text(value: object) -> str:
-    """A value as override text, quoted where Hydra's grammar would split or misread it (a path)."""
-    text = override_value(value)
-    return text if re.fullmatch(r"[\w./~+-]+", text) else "'" + text.replace("'", "\\'") + "'"
-
-
-def finetune_stage(plan: SweepPlan, chosen: dict[str, float] | None = None) -> list[list[str]]:
-    """The jobs a sweep with a fine-tune stage launches after its pretraining: every pretraining job
-    (the definition; a tuned sweep's final runs at the rates ``chosen``, or in ``--plan`` at
-    ``optim.lr=<chosen>``) fine-tuned on each task and fine-tune seed. The one list the sweep and
-    ``--plan`` use; empty without a fine-tune stage."""
-    if plan.finetune is None:
-        return []
-    if plan.tune is None:
-        return finetune_jobs(plan.finetune, plan.definition)
-    rates = chosen if chosen is not None else {plan.variant(job): plan.tune.lr[0] for job in plan.definition}
-    pretraining = final_jobs(plan, rates)
-    if chosen is None:
-        pretraining = [[o for o in job if override_key(o) != LR_KEY] + [f"{LR_KEY}={CHOSEN}"] for job in pretraining]
-    return finetune_jobs(plan.finetune, pretraining)
 
 
 @contextmanager

@@ -34,7 +34,8 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
-from ablate.planner import Planner, directory_conflict, finetune_stage
+from ablate.finetune_plan import finetune_stage
+from ablate.planner import Planner, directory_conflict
 from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text

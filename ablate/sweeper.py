@@ -41,7 +41,8 @@ from ablate.job import LAUNCHER_PID_ENV, job_name, lock_holder
 from ablate.launchers import launcher_kind
 from ablate.loggers import uses_wandb
 from ablate.finetune import from_job, pretrained_problem
-from ablate.planner import Planner, SweepError, finetune_stage, launcher_compose
+from ablate.finetune_plan import finetune_stage
+from ablate.planner import Planner, SweepError, launcher_compose
 from ablate.tuning import choose_lr, final_stage, lr_text
 from ablate.record import load_records, read_record
 from ablate.stops import STOP_SIGNALS, SignalHandlers
@@ -111,7 +112,7 @@ def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
 def _finetune_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, chosen: dict[str, float] | None,
                     returns: list[Any]) -> None:
     """After the pretraining: every fine-tune of a pretraining job that ended ok with its weights
-    (``planner.finetune_stage``, the list --plan showed); the others wait for a relaunch, said in one line."""
+    (``finetune_plan.finetune_stage``, the list --plan showed); the others wait for a relaunch, said in one line."""
     todo, waiting = [], {}
     for job in finetune_stage(plan, chosen):
         name = from_job(job)

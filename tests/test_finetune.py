@@ -18,7 +18,8 @@ from ablate.config import ConfigError
 from ablate.finetune import (PRETRAINED, PretrainedError, finetune_jobs, from_job, load_body, load_pretrained,
                              save_pretrained)
 from ablate.jobdir import job_dir_name
-from ablate.planner import Planner, SweepError, finetune_stage
+from ablate.finetune_plan import finetune_stage
+from ablate.planner import Planner, SweepError
 from ablate.preview import preview, render
 from ablate.record import FinetuneEntry, Record, RecordError
 from ablate.sweep import SweepPlan, job_value
