@@ -63,34 +63,36 @@ def test_sweep_of_25_keys(tmp_path: Path) -> None:
     assert job_dirs(sweep) == dirs and len(records(sweep)) == 2
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["basic", "joblib", "submitit_local"])
-def test_path_and_list_overrides_under_every_launcher(tmp_path: Path, tiny: list[str], launcher: str) -> None:
-    """Hydra names the job directory in the process that runs the job: the resolver must be
-    there for every launcher (joblib workers and submitit jobs get it with Hydra's state). The same
-    sweep checks what a parallel launcher owes each job: one record and one wandb run, its share of
-    the cores, where its time went."""
+def same_named_files(root: Path, n: int) -> list[Path]:
+    """``n`` text files of the same name in nested directories (``root/data/<i>/deeper/train.txt``)."""
     text = "the quick brown fox jumps over the lazy dog. " * 300
     paths = []
-    for name in ("a", "b"):  # the same file name in two nested directories
-        path = tmp_path / "data" / name / "deeper" / "train.txt"
+    for i in range(n):
+        path = root / "data" / chr(ord("a") + i) / "deeper" / "train.txt"
         path.parent.mkdir(parents=True)
         path.write_text(text)
         paths.append(path)
-    sweep = tmp_path / "sweep"
-    out = run_cli(["-m", "task=lm", f"task.path={paths[0]},{paths[1]}", "pos_enc=rope", "task.eval_lengths=[128]",
-                   "task.seq_len=32", *tiny, f"hydra.sweep.dir={sweep}", *LAUNCHER_ARGS[launcher]],
-                  tmp_path, timeout=400)
-    assert out.returncode == 0, out.stderr[-3000:]
+    return paths
+
+
+def path_sweep(paths: list[Path], sweep: Path) -> list[str]:
+    """A sweep over ``task.path`` (and an evaluation at another length, to check every length's record)."""
+    return ["-m", "task=lm", f"task.path={','.join(map(str, paths))}", "pos_enc=rope", "task.eval_lengths=[128]",
+            "task.seq_len=32", f"hydra.sweep.dir={sweep}"]
+
+
+def check_path_sweep(sweep: Path, paths: list[Path], launcher: str) -> list[dict]:
+    """What a launcher owes each job of a :func:`path_sweep`: its own directory named from the path
+    overrides, one record and one wandb run, its share of the cores, where its time went."""
     recs = records(sweep)
-    assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
+    assert len(recs) == len(paths) and {r["status"] for r in recs} == {"ok"}
     assert {r["config"]["task"]["path"] for r in recs} == {str(p) for p in paths}
     assert all("128" in r["metrics"]["eval"] for r in recs)
     dirs = job_dirs(sweep)
-    assert len(set(dirs)) == 2
+    assert len(set(dirs)) == len(paths)
     assert {p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")} - {sweep / "wandb"} == set(dirs)
 
-    assert len({r["wandb"]["dir"] for r in recs}) == 2
+    assert len({r["wandb"]["dir"] for r in recs}) == len(paths)
     for r in recs:
         assert wandb_summary(r["wandb"]["dir"])["summary"]["status"] == "ok"
         if launcher == "joblib":  # two jobs at once share the cores
@@ -101,8 +103,23 @@ def test_path_and_list_overrides_under_every_launcher(tmp_path: Path, tiny: list
         assert set(phases) == {"validate", "wandb_init", "setup", "memory", "fit", "steps", "test"}
         assert all(v >= 0 for v in phases.values()) and phases["steps"] <= phases["fit"]
     if launcher == "submitit_local":  # a process per job
-        assert len({r["job"]["process_started_at"] for r in recs}) == 2
+        assert len({r["job"]["process_started_at"] for r in recs}) == len(paths)
     assert (sweep / "table.csv").exists()
+    return recs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_path_and_list_overrides_under_every_launcher(tmp_path: Path, tiny: list[str], launcher: str) -> None:
+    """Hydra names the job directory in the process that runs the job: the resolver must be
+    there for every launcher (joblib workers and submitit jobs get it with Hydra's state). The same
+    sweep checks what a parallel launcher owes each job (:func:`check_path_sweep`). The
+    submitit_local case is tests/test_launchers.py's cores test, whose sweep is this one."""
+    paths = same_named_files(tmp_path, 2)  # the same file name in two nested directories
+    sweep = tmp_path / "sweep"
+    out = run_cli([*path_sweep(paths, sweep), *tiny, *LAUNCHER_ARGS[launcher]], tmp_path, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    check_path_sweep(sweep, paths, launcher)
 
 
 # --- job_dir_name -------------------------------------------------------------------------------

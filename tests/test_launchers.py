@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import records, run_cli
+from test_jobdirs import LAUNCHER_ARGS, check_path_sweep, path_sweep, same_named_files
 
 from ablate.record import jobs_at_once, load_records
 from ablate.job import cpu_cores
@@ -35,9 +36,17 @@ def submitit_sweep(tmp_path: Path, tiny: list[str], n_jobs: int, *extra: str) ->
 
 def test_submitit_local_jobs_share_the_cores(tmp_path: Path, tiny: list[str]) -> None:
     """By default each job gets one core and as many jobs run at once as there are cores (at most 4):
-    one job more than that waits for a slot."""
+    one job more than that waits for a slot. The sweep is test_jobdirs' over same-named files in nested
+    directories, whose checks it passes too (directories, records, wandb runs, a process per job)."""
     n = cpu_cores()
-    sweep, recs = submitit_sweep(tmp_path, tiny, min(n, 4) + 1)
+    paths = same_named_files(tmp_path, min(n, 4) + 1)
+    sweep = tmp_path / "sweep"
+    out = run_cli([*path_sweep(paths, sweep), *tiny, "trainer.max_steps=100", *LAUNCHER_ARGS["submitit_local"]],
+                  tmp_path, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the jobs' output goes to log files: the launching process says each job's line, once, and the sweep's time
+    assert out.stdout.count(": ok  ") == len(paths) and "[ablate] the sweep took" in out.stdout, out.stdout[-3000:]
+    recs = check_path_sweep(sweep, paths, "submitit_local")
     for r in recs:
         m = r["metrics"]
         assert r["job"]["launcher"] == "submitit_local" and m["cpu_cores"] == n

@@ -28,7 +28,8 @@ def test_plan_lists_every_job_marks_finished_ones_and_writes_nothing(tmp_path: P
     the sweep directory's own included). The statuses themselves are tested in process too
     (tests/test_planner.py: test_preview_marks_done_rerun_and_to_run)."""
     sweep = tmp_path / "sweep"
-    done = run_cli(["-m", "experiment=qkv_sharing", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    quiet = [*TINY, "logger=none"]  # what is planned is the point here, not what a job logs
+    done = run_cli(["-m", "experiment=qkv_sharing", *quiet, f"hydra.sweep.dir={sweep}"], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     job_dirs = sorted(p.parent for p in sweep.rglob("result.json"))
     (job_dirs[0] / "result.json").unlink()                       # never finished
@@ -37,7 +38,7 @@ def test_plan_lists_every_job_marks_finished_ones_and_writes_nothing(tmp_path: P
     (job_dirs[1] / "result.json").write_text(json.dumps(failed))  # to rerun
     before = _snapshot(sweep)
 
-    out = run_cli(["--plan", "experiment=qkv_sharing", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+    out = run_cli(["--plan", "experiment=qkv_sharing", *quiet, f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     statuses = [next(s for s in ("done", "rerun", "to run") if f"  {s} " in line)
                 for line in out.stdout.splitlines() if "experiment=qkv_sharing" in line]

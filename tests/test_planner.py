@@ -267,6 +267,9 @@ def test_another_definition_in_the_directory_is_refused_unless_redefined(tmp_pat
     with pytest.raises(SweepError, match="(?s)holds another sweep .*--redefine"):
         other.check_directory(tmp_path, other_plan)
     other.check_directory(tmp_path, other_plan, redefine=True)
+    other_plan.write(tmp_path)  # what the redefined sweep records: now the original command is the other one
+    with pytest.raises(SweepError, match="(?s)holds another sweep .*--redefine"):
+        first.check_directory(tmp_path, first_plan)
 
 
 # ---------------------------------------------------------------------------------- --plan as data
