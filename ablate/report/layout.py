@@ -1,10 +1,12 @@
 """What every table layout provides: ``TableLayout``, the one interface the formats, the figures,
 ``report.html``, wandb and ``load`` ask a table through.
 
-A layout is a table class: the flat ``SweepTable`` (``table``: one row per variant) and the scale
-ladder's ``LadderTable`` (``ladder``: per rung the loss and the compute multiplier). Each answers
-the members below from its own module; nothing downstream asks which layout a table is. A third
-layout is a third class with these members, and ``build_table`` choosing it.
+A layout is a table class: the flat ``SweepTable`` (``table``: one row per variant), the scale
+ladder's ``LadderTable`` (``ladder``: per rung the loss and the compute multiplier) and a
+pretrain-then-fine-tune sweep's ``FinetuneTable`` (``finetune_table``: the pretraining columns, one
+per downstream task and their average). Each answers the members below from its own module; nothing
+downstream asks which layout a table is. Another layout is another class with these members, and
+``build_table`` choosing it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Figure(NamedTuple):
 
 @runtime_checkable
 class TableLayout(Protocol):
-    layout: str                    # "flat" | "ladder": wandb's config and summary say which
+    layout: str                    # "flat" | "ladder" | "finetune": wandb's config and summary say which
     rows: list[Any]                # each with key, label, is_baseline, status, counts
     baseline: str                  # the baseline's label
     baseline_key: str

@@ -31,11 +31,12 @@ definition of a variant for the table, wandb and bench.json).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
+from ablate.report.finetune_table import build_finetune_table, has_finetunes
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
 from ablate.record import Record
@@ -186,8 +187,11 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
                 rows: str | Iterable[str] | None = None, ladder: str = "auto",
                 n_boot: int = N_BOOT) -> TableLayout:
     """Summarise a sweep (``records.load_sweep``, or its records: ``load_records``) into one row per
-    variant, in sweep order: a ``SweepTable``, or for a ladder a ``LadderTable`` (``TableLayout``s
-    both; the table's ``sweep`` is what it was built from).
+    variant, in sweep order: a ``SweepTable``, for a ladder a ``LadderTable``, for a sweep with
+    fine-tune records (``finetune.tasks``) a ``FinetuneTable`` (``finetune_table``: the pretraining
+    columns, one per downstream task and their average; ``columns`` then names the columns shown,
+    ``avg,speed,memory``; ``ladder`` does not apply). All are ``TableLayout``s; the table's ``sweep``
+    is what it was built from.
 
     Baseline: ``baseline`` (an override string, a label or a value) > the records'
     ``experiment.baseline`` > the first variant. Speed: ``bench`` (``bench.json`` format), else a
@@ -204,7 +208,12 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     """
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r}; valid: {', '.join(TESTS)}")
-    sweep = _pretraining(records if isinstance(records, LoadedSweep) else sweep_of_records(records))
+    sweep = records if isinstance(records, LoadedSweep) else sweep_of_records(records)
+    if has_finetunes(sweep.records):  # pretrain, then fine-tune: the pretraining and per-task columns
+        table = build_finetune_table(sweep, baseline=baseline, bench=bench if bench is not None else sweep.bench,
+                                     test=test, columns=columns, rows=rows, tune=_tuning(sweep))
+        table.sweep = sweep
+        return table
     records = sweep.records
     if not records:
         raise ValueError("no records")
@@ -269,18 +278,6 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
 # ---------------------------------------------------------------------------------------------
 # The inputs
 # ---------------------------------------------------------------------------------------------
-
-def _pretraining(sweep: LoadedSweep) -> LoadedSweep:
-    """A sweep with a fine-tune stage is tabled by its pretraining runs: its fine-tune records (stage
-    ``finetune``) are left out, with a note (their per-task columns are not built yet)."""
-    finetuned = [r for r in sweep.records if r.stage == "finetune"]
-    if not finetuned:
-        return sweep
-    warnings.warn(f"this table shows the pretraining runs only; the {len(finetuned)} fine-tune record(s) "
-                  f"({', '.join(sorted({str(r.finetune.task) for r in finetuned if r.finetune}))}) are not in it "
-                  "(per-task columns are not built yet)", stacklevel=3)
-    return replace(sweep, records=[r for r in sweep.records if r.stage != "finetune"])
-
 
 def _warn_if_several_groups(records: list[Record]) -> None:
     """Records of several wandb groups are likely several sweeps mixed in one table."""
