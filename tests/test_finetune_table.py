@@ -302,3 +302,33 @@ def test_a_failed_fine_tune_is_counted_and_left_out_of_the_means(tmp_path):
     assert cell.by_seed[1] == pytest.approx(score("qk_shared", 0, 1, 1))  # its other fine-tune seed
     assert "fine-tune: 11 ok, 1 failed" in md_rows(render(t, "markdown"))[3][-1]
     assert json.loads(json.dumps(t.wandb_summary()))["n_finetune"] == 36
+
+
+# --- a real tiny sweep, through the CLI ----------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_real_fine_tune_sweeps_table_at_its_end_and_through_ablate_table(tmp_path, capsys):
+    from conftest import QUIET, run_cli
+
+    from ablate.compose import tiny_overrides
+
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    sweep = tmp_path / "sweep"
+    args = ["-m", "qkv_sharing=independent,qkv_shared", "seed=0,1", "finetune.tasks=[classify]", "finetune.steps=4",
+            f"+finetune.settings.classify.path={fixtures / 'classify'}", "finetune.seq_len=32",
+            *tiny_overrides(*QUIET, "task=mlm", "task.seq_len=32"), "eval.every=0", "measure.memory=false",
+            f"hydra.sweep.dir={sweep}"]
+    out = run_cli(args, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pretraining runs only" not in out.stdout + out.stderr
+    at_end = list(csv.DictReader(io.StringIO((sweep / "table.csv").read_text())))
+    assert [r["variant"] for r in at_end] == ["independent", "qkv_shared"]
+    assert {"classify", "classify_delta", "avg", "avg_delta", "speed_ratio", "final_loss"} <= set(at_end[0])
+    assert at_end[1]["pretrain_n"] == "2" and at_end[1]["classify_n"] == "2" and at_end[1]["avg_delta"] != ""
+    assert "4 pretraining runs and 4 fine-tune runs (1 task x 1 fine-tune seed per pretraining run)" \
+        in (sweep / "table.md").read_text().replace("\\", "")
+
+    assert main([str(sweep), "-f", "csv", "--no-wandb"]) == 0
+    assert list(csv.DictReader(io.StringIO(capsys.readouterr().out))) == at_end  # ablate-table: the same table
+    assert main([str(sweep), "-f", "markdown", "--columns", "avg,speed,memory", "--no-wandb"]) == 0
+    assert md_rows(capsys.readouterr().out)[0] == ["variant", "avg (%)", "speed", "memory"]

@@ -189,7 +189,7 @@ class FinetuneTable(CaptionText):
     def latex_summary(self) -> str:
         return (f"Pretraining and fine-tuned downstream scores (%) per variant, mean ± std over "
                 f"n = {_span(self._seed_counts())} pretraining seeds; {self.avg_label}: mean over the "
-                f"{len(self.tasks)} tasks; Δ: difference to the baseline ({self.baseline}) in points [95% CI]")
+                f"{_tasks(self.tasks)}; Δ: difference to the baseline ({self.baseline}) in points [95% CI]")
 
     def latex_note(self, all_columns: bool = False) -> str:
         return self.caption()
@@ -226,8 +226,8 @@ class FinetuneTable(CaptionText):
             "lr " + "/".join(f"{lr:g}" for lr in self.finetune_lrs) if self.finetune_lrs else "",
             " / ".join(modes.get(m, m) for m in self.finetune_modes)]))
         per = f"{len(self.finetune_seeds)} fine-tune seed{'s' if len(self.finetune_seeds) != 1 else ''}"
-        parts = [f"{self.n_pretrain} pretraining runs and {self.n_finetune} fine-tune runs ({len(self.tasks)} "
-                 f"task{'s' if len(self.tasks) != 1 else ''} x {per} per pretraining run); fine-tune: {how}",
+        parts = [f"{self.n_pretrain} pretraining runs and {self.n_finetune} fine-tune runs ({_tasks(self.tasks)} "
+                 f"x {per} per pretraining run); fine-tune: {how}",
                  "task columns: each task's " + ", ".join(f"{t}: {m}" for t, m in self.task_metrics.items())
                  + f" on its test split (%), a pretraining seed's fine-tune seeds averaged first, then mean ± "
                  f"sample std over pretraining seeds (n = {_span(seeds)})"]
@@ -235,7 +235,7 @@ class FinetuneTable(CaptionText):
             parts.append("GLUE score: macro average over the GLUE tasks run, on GLUE's dev sets (not a "
                          "leaderboard number)")
         else:
-            parts.append(f"avg: mean over the {len(self.tasks)} tasks per pretraining seed")
+            parts.append(f"avg: mean over the {_tasks(self.tasks)} per pretraining seed")
         n = self.n_comparisons
         parts.append(f"* p<0.05, ** p<0.01: {TEST_NAMES[self.test].replace('seeds', 'pretraining seeds')}, "
                      f"Holm–Bonferroni-corrected across {n} comparison{'s' if n != 1 else ''} (each task and "
@@ -262,6 +262,10 @@ class FinetuneTable(CaptionText):
 
     def _seed_counts(self) -> list[int]:
         return sorted({r.cells[AVG].n_seeds for r in self.rows if AVG in r.cells}) or [0]
+
+
+def _tasks(tasks: list[str]) -> str:
+    return f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}"
 
 
 # ---------------------------------------------------------------------------------------------
