@@ -296,7 +296,7 @@ def test_the_stages_run_in_order_and_a_relaunch_runs_only_what_is_missing_under_
     assert tuned["job"]["started_at"] >= pre["job"]["started_at"] + pre["metrics"]["wall_time_s"]  # after it
     assert tuned["finetune"]["sha256"] == pre["finetune"]["sha256"] and tuned["finetune"]["from_seed"] == 0
     assert Path(tuned["finetune"]["from_job"]) == Path(pre["job"]["dir"]) and (Path(pre["job"]["dir"]) / PRETRAINED).is_file()
-    assert "fine-tune job(s) on classify" in out.stdout and "1 pretraining runs and 1 fine-tune runs" in out.stdout
+    assert "fine-tune job(s) on classify" in out.stdout and "1 pretraining run and 1 fine-tune run" in out.stdout
     assert len((sweep / "table.csv").read_text().strip().splitlines()) == 2  # header + the one variant's row
     assert len(json.loads((sweep / "sweep.json").read_text())["jobs"]) == 2
 

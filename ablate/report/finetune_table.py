@@ -226,7 +226,7 @@ class FinetuneTable(CaptionText):
             "lr " + "/".join(f"{lr:g}" for lr in self.finetune_lrs) if self.finetune_lrs else "",
             " / ".join(modes.get(m, m) for m in self.finetune_modes)]))
         per = f"{len(self.finetune_seeds)} fine-tune seed{'s' if len(self.finetune_seeds) != 1 else ''}"
-        parts = [f"{self.n_pretrain} pretraining runs and {self.n_finetune} fine-tune runs ({_tasks(self.tasks)} "
+        parts = [f"{_runs_of(self.n_pretrain, 'pretraining')} and {_runs_of(self.n_finetune, 'fine-tune')} ({_tasks(self.tasks)} "
                  f"x {per} per pretraining run); fine-tune: {how}",
                  "task columns: each task's " + ", ".join(f"{t}: {m}" for t, m in self.task_metrics.items())
                  + f" on its test split (%), a pretraining seed's fine-tune seeds averaged first, then mean ± "
@@ -262,6 +262,10 @@ class FinetuneTable(CaptionText):
 
     def _seed_counts(self) -> list[int]:
         return sorted({r.cells[AVG].n_seeds for r in self.rows if AVG in r.cells}) or [0]
+
+
+def _runs_of(n: int, stage: str) -> str:
+    return f"{n} {stage} run{'s' if n != 1 else ''}"
 
 
 def _tasks(tasks: list[str]) -> str:
