@@ -125,7 +125,7 @@ class SourceTask(FileTask):
         order = torch.randperm(len(items), generator=make_generator(EVAL_SEED, self.name, what))
         return [items[i] for i in order.tolist()]
 
-    def _carve(self, functions: list[Function], n_val: int, key: str) -> tuple[list[Function], list[Function]]:
+    def _carve_functions(self, functions: list[Function], n_val: int, key: str) -> tuple[list, list]:
         """``functions`` split into (train, validation) by ``carve_validation`` under ``key``."""
         train, val = carve_validation(key, len(functions), n_val)
         return [functions[i] for i in train.tolist()], [functions[i] for i in val.tolist()]
@@ -138,11 +138,12 @@ class SourceTask(FileTask):
         n_val = max(1, self.n_val // self.per_function)
         if self.balanced:
             rest, test = balance(self, rest, "train"), balance(self, test, "dev")
-            parts = [self._carve([f for f in rest if f.group == g], max(1, n_val // len(GROUPS)), f"{self.name}/{g}")
+            per_group = max(1, n_val // len(GROUPS))
+            parts = [self._carve_functions([f for f in rest if f.group == g], per_group, f"{self.name}/{g}")
                      for g in GROUPS]
             train, val = [f for t, _ in parts for f in t], [f for _, v in parts for f in v]
         else:
-            train, val = self._carve(rest, n_val, self.name)
+            train, val = self._carve_functions(rest, n_val, self.name)
         if self.n_train is not None:
             train = self._permuted(train, "n_train")[:max(1, self.n_train // self.per_function)]
         return {"train": train, "validation": val, "dev": test}
