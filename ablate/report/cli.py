@@ -5,6 +5,7 @@
     ablate-table SWEEP_DIR --all-columns          # terminal: unfolded; -f latex: every column, table*
     ablate-table SWEEP_DIR --bench --save         # speed from an interleaved benchmark (ablate-bench)
     ablate-table SWEEP_DIR --columns task         # one accuracy column per task, plus avg
+    ablate-table SWEEP_DIR --columns avg,speed,memory  # a fine-tune sweep: these columns only
     ablate-table SWEEP_DIR --rows a,b --test welch  # these rows in this order; Welch's test
     ablate-table SWEEP_DIR --ladder off           # a size sweep as the flat table, not a scale ladder
     ablate-table SWEEP_DIR --html                 # report.html: table, figures, runs; opens offline
@@ -42,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                    "seed s gives every variant the same data) or welch (unpaired); either is "
                    "Holm-Bonferroni-corrected across the table's comparisons")
     p.add_argument("--columns", metavar="KEY", help="pivot a swept key (e.g. task) into columns: one accuracy "
-                   "column per value, plus avg; default: the experiment's columns ('none': no pivot)")
+                   "column per value, plus avg; default: the experiment's columns ('none': no pivot). A fine-tune sweep's table "
+                   "(finetune.tasks): the columns shown, by name (e.g. avg,speed,memory)")
     p.add_argument("--rows", metavar="A,B,C", help="the rows shown, in this order (variant keys, labels or "
                    "values, comma-separated); default: the experiment's rows, else all")
     p.add_argument("--ladder", choices=LADDER_MODES, default="auto",
