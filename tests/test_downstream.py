@@ -18,7 +18,7 @@ from ablate.compose import tiny_overrides
 from ablate.components import resolve
 from ablate.data import DEFAULT_CORPUS_MODULES, check
 from ablate.data.base import IGNORE
-from ablate.data.downstream import PyDocstring, PyModule, PyTokens, layout, pieces
+from ablate.data.downstream import PyDocstring, PyModule, PyTokens, layout
 from ablate.data.pysource import (DOWNSTREAM_MODULES, MODULE_GROUPS, TOKEN_LABELS, first_pieces, functions,
                                   module_file, read_module, token_spans)
 from ablate.data.text import default_corpus_files
@@ -221,7 +221,7 @@ def test_a_tokenizer_json_gives_the_vocabulary_and_first_pieces(bpe: str) -> Non
         code = code.code
         ids, labels = task.tagged(code, 64)
         assert ids[1:-1] == codec.encode(code)[:62]  # the codec's ids
-        _, offsets = pieces(codec, code, 62)
+        _, offsets = codec.encode_with_offsets(code, 62)
         starts = {s: label for s, _, label in token_spans(code)}
         for p, label in enumerate(labels[1:-1]):
             a, b = offsets[p]

@@ -33,7 +33,6 @@ label at the CLS), pairs truncated longest-first; a tagged code is the single se
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,7 +42,7 @@ import torch
 from .base import EVAL_SEED, IGNORE, N_VAL, _is_int, carve_validation, make_generator
 from .files import FileTask
 from .formats import CLS, SEP, _byte_layout, _ClassRows, _TagRows
-from .pysource import MODULE_GROUPS, TOKEN_LABELS, Function, Span, first_pieces, functions, token_spans
+from .pysource import MODULE_GROUPS, TOKEN_LABELS, Function, first_pieces, functions, token_spans
 from .tokens import tokenizer_problem
 from .vocab import TextCodec
 
@@ -53,32 +52,6 @@ MIN_SEQ_LEN = 4
 GROUPS: tuple[str, ...] = tuple(MODULE_GROUPS)
 #: py_docstring's labels: the function's package, or whether the docstring is the function's
 LABELS: tuple[str, ...] = ("package", "match")
-
-
-@lru_cache(maxsize=4)
-def _tokenizer(path: str) -> Any:
-    from .encoders import load_tokenizer
-
-    return load_tokenizer(path)
-
-
-def pieces(codec: TextCodec, text: str, limit: int | None = None) -> tuple[list[int], list[Span]]:
-    """The ids of ``text`` (as ``codec.encode``), the first ``limit`` of them (None: all), and each
-    one's character span (a byte's: the character it belongs to)."""
-    if codec.tokenizer == "bytes":
-        text = text if limit is None else text[:limit]  # a character is at least one byte
-        if text.isascii():
-            ids, offsets = list(text.encode("ascii")), [(i, i + 1) for i in range(len(text))]
-        else:
-            ids, offsets = [], []
-            for i, ch in enumerate(text):
-                b = ch.encode("utf-8")
-                ids += b
-                offsets += [(i, i + 1)] * len(b)
-    else:
-        encoding = _tokenizer(codec.tokenizer).encode(text, add_special_tokens=False)
-        ids, offsets = list(encoding.ids), [tuple(o) for o in encoding.offsets]
-    return ids[:limit], offsets[:limit]
 
 
 def layout(codec: TextCodec, segments: Sequence[Sequence[int]], length: int, causal: bool) -> list[int]:
@@ -272,7 +245,7 @@ class PyTokens(SourceTask):
 
     def tagged(self, code: str, length: int) -> tuple[list[int], list[int]]:
         """The ids of ``code`` in the layout at ``length`` and the label of each position."""
-        ids, offsets = pieces(self.codec, code, length - (1 if self.causal else 2))
+        ids, offsets = self.codec.encode_with_offsets(code, length - (1 if self.causal else 2))
         labels = first_pieces(offsets, token_spans(code, offsets[-1][1] if offsets else 0), IGNORE)
         laid = layout(self.codec, [ids], length, self.causal)
         lead = 0 if self.causal else 1

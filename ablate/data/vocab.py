@@ -82,6 +82,25 @@ class TextCodec:
             return list(text.encode("utf-8"))
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def encode_with_offsets(self, text: str, limit: int | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` (as :meth:`encode`), the first ``limit`` of them (None: all), and each
+        one's character span ``(start, end)`` in ``text`` (a byte's: the character it belongs to), so a
+        tagging task can label the first piece of each word."""
+        if self.tokenizer == "bytes":
+            text = text if limit is None else text[:limit]  # a character is at least one byte
+            if text.isascii():
+                ids, offsets = list(text.encode("ascii")), [(i, i + 1) for i in range(len(text))]
+            else:
+                ids, offsets = [], []
+                for i, ch in enumerate(text):
+                    b = ch.encode("utf-8")
+                    ids += b
+                    offsets += [(i, i + 1)] * len(b)
+        else:
+            encoding = self._tokenizer.encode(text, add_special_tokens=False)
+            ids, offsets = list(encoding.ids), [tuple(o) for o in encoding.offsets]
+        return ids[:limit], offsets[:limit]
+
     @cached_property
     def fingerprint(self) -> str:
         """Names the vocabulary: the tokenizer's content (not its path), its size, the specials."""
