@@ -332,3 +332,23 @@ def test_a_real_fine_tune_sweeps_table_at_its_end_and_through_ablate_table(tmp_p
     assert list(csv.DictReader(io.StringIO(capsys.readouterr().out))) == at_end  # ablate-table: the same table
     assert main([str(sweep), "-f", "markdown", "--columns", "avg,speed,memory", "--no-wandb"]) == 0
     assert md_rows(capsys.readouterr().out)[0] == ["variant", "avg (%)", "speed", "memory"]
+
+
+@pytest.mark.slow  # the wandb-core service
+def test_the_wandb_table_run_logs_the_fine_tune_table(tmp_path, monkeypatch):
+    from conftest import wandb_run_info, wandb_summary
+
+    from ablate.report import log_to_wandb
+
+    for key, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    sweep = write(tmp_path / "sweep", sweep_records())
+    table = build_table(load_records(sweep))
+    run_dir = log_to_wandb(table, sweep, save_outputs(table, sweep))
+    summary = wandb_summary(run_dir)
+    s = summary["summary"]
+    assert summary["state"] == "finished" and s["layout"] == "finetune" and s["kendall_tau"] == pytest.approx(1.0)
+    assert s["ablation_table"]["_type"] == "table-file" and s["ablation_table"]["nrows"] == 3
+    assert summary["config"]["tasks"] == list(TASKS)
+    assert wandb_run_info(run_dir).get("job_type") == "table"

@@ -29,6 +29,9 @@ The package turns them into one row per variant, by concern:
 * ``ladder``: a sweep with a size key swept (a scale ladder) as ``LadderTable``: per rung the loss
   and the compute multiplier from ``scaling``, then the trend with scale (``build_table`` picks it);
   ``ladder_view``: its columns, CSV fields, ``scaling.png`` and wandb summary;
+* ``finetune_table``: a pretrain-then-fine-tune sweep (``finetune.tasks``) as ``FinetuneTable``: the
+  pretraining columns, one column per downstream task and their average, each with Δ paired by
+  pretraining seed, and Kendall's τ between pretraining loss and the average (``build_table`` picks it);
 * ``webpage``: ``to_html``: ``report.html``, the table, figures and runs on one offline page;
 * ``frames``: ``load(sweep_dir)``: the records, table and learning curves as pandas DataFrames;
 * ``cli``: the ``ablate-table`` command (not imported here: entry points sit above the package).
@@ -36,6 +39,7 @@ The package turns them into one row per variant, by concern:
 The variants themselves are defined once, in ``ablate.sweep``.
 """
 
+from ablate.report.finetune_table import FinetuneTable
 from ablate.report.frames import SweepFrames, load
 from ablate.report.formats import (CSV_COLUMNS, FORMATS, OPTIONAL_CSV_COLUMNS, columns, csv_columns, csv_fields,
                                    csv_rows, latex_escape, render, rich_table, to_csv, to_latex, to_markdown)
@@ -50,7 +54,7 @@ from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_
 from ablate.report.webpage import REPORT_FILE
 
 __all__ = [
-    "LoadedSweep", "RunPlace", "TableLayout", "load_sweep", "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
+    "FinetuneTable", "LoadedSweep", "RunPlace", "TableLayout", "load_sweep", "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
     "scaling_plot", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
     "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
     "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",

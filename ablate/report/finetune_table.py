@@ -276,7 +276,6 @@ def _tasks(tasks: list[str]) -> str:
 # The cells
 # ---------------------------------------------------------------------------------------------
 
-@dataclass
 class TaskCell(Row):
     """One variant on one downstream task (or ``avg``): a ``Row`` whose ``by_seed`` is per
     pretraining seed (its fine-tune seeds averaged), ``accuracies`` those seeds' scores."""
@@ -432,15 +431,7 @@ def _metric(fine: list[Record], task: str) -> str:
 
 
 def _distinct(records: list[Record], get) -> list:
-    values = []
-    for r in records:
-        try:
-            v = get(r)
-        except (AttributeError, KeyError, TypeError):
-            v = None
-        if v is not None and v not in values:
-            values.append(v)
-    return sorted(values, key=str)
+    return sorted({v for v in map(get, records) if v is not None}, key=str)
 
 
 def _ranks(rows: list[Row]) -> RankAgreement:
