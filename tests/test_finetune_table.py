@@ -243,10 +243,25 @@ def test_wandb_config_and_summary_name_the_layout(table):
 
 
 def test_every_run_is_placed_in_its_variants_row(table):
-    from ablate.report.frames import run_rows
+    from ablate.report.frames import run_places
 
-    places = {(r["variant"], r.get("stage")) for r in run_rows(table.sweep.records, table)}
-    assert {p[0] for p in places} == {r.key for r in table.rows}
+    places = [place for _, place in run_places(table.sweep.records, table)]
+    assert {p.key for p in places} == {r.key for r in table.rows}
+    assert {p.column for p, r in zip(places, table.sweep.records) if r.stage == "pretrain"} == {""}
+    assert {p.column for p, r in zip(places, table.sweep.records) if r.stage == "finetune"} == set(TASKS)
+
+
+def test_rows_and_welch_as_in_the_flat_table(tmp_path):
+    sweep = load_records(write(tmp_path, sweep_records()))
+    t = build_table(sweep, rows="Q=K=V,independent")
+    assert [r.label for r in t.rows] == ["Q=K=V", "independent"] and t.n_comparisons == 3
+    t = build_table(sweep, test="welch", baseline="Q=K")
+    assert t.baseline == "Q=K" and t.rows[1].is_baseline
+    cell, base = t.rows[0].cells["py_module"], t.rows[1].cells["py_module"]
+    assert cell.delta == pytest.approx(cell.accuracy_mean - base.accuracy_mean) and cell.n_paired is None
+    assert "Welch" in t.caption()
+    with pytest.raises(ValueError, match="unknown row"):
+        build_table(sweep, rows="nope")
 
 
 def test_report_load_gives_the_table_frame(tmp_path):

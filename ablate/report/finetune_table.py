@@ -182,7 +182,8 @@ class FinetuneTable(CaptionText):
     def run_place(self, variant: dict[str, str]) -> RunPlace:
         key = variant_key({k: v for k, v in variant.items() if k in self.swept})
         labels = {r.key: r.label for r in self.rows}
-        return RunPlace(key, labels.get(key, key), variant.get("task", "") if "task" not in self.swept else "")
+        finetuned = "finetune.from_job" in variant  # a fine-tune's own key, when the variant names it
+        return RunPlace(key, labels.get(key, key), variant.get("task", "") if finetuned else "")
 
     # --- the words (CaptionText's, for this layout) ----------------------------------------------
 
