@@ -93,7 +93,8 @@ def test_a_tuned_sweep_fine_tunes_its_final_runs() -> None:
     (["finetune.tasks=[classify]", f"+finetune.settings.classify.path={FIXTURES / 'classify'}"],
      "task=classify runs at length 128, but the pretrained pos_enc=learned has a table of 32 positions"),
     (["finetune.tasks=[classify]", *CLASSIFY, "task=reverse"], "the pretraining task is task=reverse"),
-    (["finetune.tasks=[classify]", *CLASSIFY, "task.tokenizer=bpe", "task.vocab_size=300"],
+    (["finetune.tasks=[classify]", *CLASSIFY, "+finetune.settings.classify.tokenizer=bytes", "task.tokenizer=bpe",
+      "task.vocab_size=300"],  # a tokenizer forced to another than the pretraining's (the stage sets it)
      "task=classify encodes its text with bytes (256 ids + 4 specials), but the pretraining vocabulary is tokenizer"),
     (["finetune.tasks=[classify]", *CLASSIFY, "task.seq_len=16,32"], "sweeps task.seq_len"),
     (["finetune.tasks=[nothing]"], "finetune.tasks: 'nothing' is not a task option; valid: "),

@@ -54,7 +54,7 @@ import torch
 
 from .base import (IGNORE, N_VAL, Batch, RowsStream, Task, _is_int, carve_validation, check_split,
                    train_generator)
-from .vocab import TextCodec
+from .vocab import TextCodec, task_tokenizer_problems
 from .formats import BYTE_VOCAB, PAD, Row, _ClassRows, _TagRows, encode_classification, read_glue_tsv, \
     read_tagging_file, sorted_labels
 
@@ -143,6 +143,17 @@ class ClassificationTask(FileTask):
     #: from a byte-level pretraining shares it; MASK, which it never uses, follows)
     codec = TextCodec("bytes", 256, True)
 
+    def __init__(self, seq_len: int, eval_lengths: Sequence[int] = (), batch_size: int = 32, causal: bool = False,
+                 n_val: int = N_VAL, tokenizer: str = "bytes"):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
+        problems = task_tokenizer_problems(tokenizer)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.tokenizer = str(tokenizer)
+        if self.tokenizer != "bytes":  # the byte layout keeps its 259 ids (no MASK), as every run before
+            self.codec = TextCodec.of(self.tokenizer, specials=True)
+            self.vocab_size, self.pad_id = self.codec.vocab_size, self.codec.pad_id
+
     def _rows(self, split: str) -> list[Row]:
         raise NotImplementedError
 
@@ -159,12 +170,13 @@ class ClassificationTask(FileTask):
         self._split_rows = {**self._carve(train, self._source("train")), "dev": self._rows("dev")}
 
     def _encode(self, split, length):
-        source = self._source("dev" if split == "dev" else "train")  # validation rows are training rows
-        return encode_classification(self._split_rows[split], self.label_ids, length, self.causal, source)
+        source = self._source("train" if split == "validation" else split)  # validation rows are training rows
+        codec = None if self.tokenizer == "bytes" else self.codec
+        return encode_classification(self._split_rows[split], self.label_ids, length, self.causal, source, codec)
 
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
-        out = super().problems(cfg, context)
+        out = super().problems(cfg, context) + task_tokenizer_problems(cfg.get("tokenizer", "bytes"))
         extra = cfg.get("eval_lengths") or []
         lengths = [cfg.get("seq_len")] + (list(extra) if isinstance(extra, (list, tuple)) else [])
         if all(_is_int(x) and x > 0 for x in lengths) and min(lengths) < 4:
@@ -183,8 +195,8 @@ class Classify(ClassificationTask):
     def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, path: str | None = None, train_file: str = "train.tsv",
                  dev_file: str = "dev.tsv", text_columns: Sequence[str] | None = None,
-                 label_column: str | None = None, n_val: int = N_VAL):
-        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
+                 label_column: str | None = None, n_val: int = N_VAL, tokenizer: str = "bytes"):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val, tokenizer)
         self._locate(path, train_file, dev_file)
         self.text_columns = None if text_columns is None else (
             [text_columns] if isinstance(text_columns, str) else list(text_columns))

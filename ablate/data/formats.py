@@ -10,12 +10,15 @@ import csv
 import io
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from .base import IGNORE, Batch
+
+if TYPE_CHECKING:
+    from .vocab import TextCodec
 
 # ---------------------------------------------------------------------------------------------
 # byte tokens for classification
@@ -181,8 +184,11 @@ class _TagRows:
 
 
 def encode_classification(rows: Sequence[Row], label_ids: dict[str, int], length: int,
-                          causal: bool, where: str = "") -> _ClassRows:
-    """Encode rows to byte tokens of ``length`` (see the module docstring for the layout)."""
+                          causal: bool, where: str = "", codec: "TextCodec | None" = None) -> _ClassRows:
+    """Encode rows to tokens of ``length`` (see the module docstring for the layout): byte tokens with
+    PAD/CLS/SEP 256/257/258, or with ``codec`` its tokenizer's ids and its specials."""
+    if codec is not None:
+        return _encode_with_codec(rows, label_ids, length, causal, where, codec)
     n = len(rows)
     tokens = np.full((n, length), PAD, dtype=np.int16)
     pos = np.zeros(n, dtype=np.int64)
@@ -201,6 +207,27 @@ def encode_classification(rows: Sequence[Row], label_ids: dict[str, int], length
                 tokens[i, o:o + len(p)] = np.frombuffer(p, dtype=np.uint8)
                 o += len(p)
         pos[i] = o - 1 if causal else 0
+    return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
+
+
+def _encode_with_codec(rows: Sequence[Row], label_ids: dict[str, int], length: int, causal: bool, where: str,
+                       codec: "TextCodec") -> _ClassRows:
+    """:func:`encode_classification` through a tokenizer: the same layout and truncation, in its ids."""
+    special = {PAD: codec.pad_id, CLS: codec.cls_id, SEP: codec.sep_id}
+    n = len(rows)
+    tokens = np.full((n, length), codec.pad_id, dtype=np.int16 if codec.vocab_size < 2**15 else np.int32)
+    pos = np.zeros(n, dtype=np.int64)
+    labels = np.zeros(n, dtype=np.int64)
+    for i, (segs, label, line) in enumerate(rows):
+        if label not in label_ids:
+            raise ValueError(f"{where}, line {line}: label {label!r} does not occur in the "
+                             f"training file (known labels: {list(label_ids)})")
+        labels[i] = label_ids[label]
+        ids: list[int] = []
+        for part in _byte_layout([codec.encode(s) for s in segs], length, causal):
+            ids += [special[part]] if isinstance(part, int) else list(part)
+        tokens[i, :len(ids)] = ids
+        pos[i] = len(ids) - 1 if causal else 0
     return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
 
 

@@ -121,3 +121,19 @@ class TextCodec:
     def __setstate__(self, state: dict) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, v)
+
+
+def task_tokenizer_problems(tokenizer: Any) -> list[str]:
+    """Why ``tokenizer`` cannot be a downstream task's ``task.tokenizer`` (``bytes``, or the path of a
+    tokenizer.json: the pretraining's), one line naming the valid values; empty when it can."""
+    from .tokens import tokenizer_problem
+
+    valid = "valid: bytes, or the path of a tokenizer.json (the pretraining's)"
+    if tokenizer == "bytes":
+        return []
+    if tokenizer == "bpe":
+        return [f"task.tokenizer='bpe' would train a new BPE, whose ids no pretrained model knows; {valid}"]
+    if not (isinstance(tokenizer, str) and tokenizer and Path(tokenizer).expanduser().is_file()):
+        return [f"task.tokenizer={tokenizer!r} is not a tokenizer file; {valid}"]
+    problem = tokenizer_problem(tokenizer)  # a file that does not load
+    return [problem] if problem else []
