@@ -53,8 +53,16 @@ def binary_f1(confusion: Tensor) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
 
 
+def f1_accuracy(confusion: Tensor) -> float:
+    """The mean of :func:`binary_f1` and accuracy: how GLUE's leaderboard scores MRPC and QQP."""
+    accuracy = confusion.trace().item() / confusion.sum().item() if confusion.sum() else 0.0
+    return (binary_f1(confusion) + accuracy) / 2
+
+
 #: headline metrics computed from the confusion matrix; every other metric is plain accuracy
-CONFUSION_METRICS = {"matthews_corr": matthews_corr, "f1": binary_f1}
+CONFUSION_METRICS = {"matthews_corr": matthews_corr, "f1": binary_f1, "f1_accuracy": f1_accuracy}
+#: the confusion metrics whose record keeps F1 too (``Score.f1``)
+F1_METRICS = ("f1", "f1_accuracy")
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[Tensor, Tensor],
@@ -143,7 +151,8 @@ class AblateModule(pl.LightningModule):
     def eval_results(self) -> dict[str, dict[str, float]]:
         """``{length: {accuracy, loss, count}}`` of the last validation, over every labelled position.
         ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
-        metric that metric (plain accuracy is then kept as ``label_accuracy``)."""
+        metric that metric (plain accuracy is then kept as ``label_accuracy``, and F1 as ``f1`` where the
+        metric is built on it)."""
         out = {}
         for length, sums in self._eval_sums.items():
             loss_sum, correct, count = sums.tolist()
@@ -151,6 +160,8 @@ class AblateModule(pl.LightningModule):
             if length in self._confusion:
                 e["label_accuracy"] = e["accuracy"]
                 e["accuracy"] = CONFUSION_METRICS[self.metric](self._confusion[length])
+                if self.metric in F1_METRICS:
+                    e["f1"] = binary_f1(self._confusion[length])
             out[str(length)] = e
         return out
 

@@ -52,6 +52,7 @@ class Score:
     loss: float | None = None
     count: int | None = None              # scored positions
     label_accuracy: float | None = None   # plain accuracy where ``accuracy`` is a confusion metric
+    f1: float | None = None               # F1 of class 1 where the metric is built on it (MRPC, QQP)
     bytes_per_token: float | None = None  # text tasks: UTF-8 bytes per scored target token
     bits_per_byte: float | None = None
 
@@ -75,6 +76,7 @@ class Metrics:
     accuracy: float | None = None         # the test split at the training length (the headline)
     loss: float | None = None
     eval: dict[str, Score] = field(default_factory=dict)    # test, every length ("16" -> Score)
+    eval_extra: dict[str, Score] = field(default_factory=dict)  # other dev sets at the training length (MNLI "mismatched")
     val: Score | None = None              # the validation split at the end (model selection)
     history: list[CurvePoint] = field(default_factory=list)
     early_loss: float | None = None
@@ -353,6 +355,7 @@ def _entry(cls: type, value: Any) -> Any:
 def _metrics(data: dict[str, Any]) -> Metrics:
     metrics = from_fields(Metrics, data)
     metrics.eval = {str(k): _entry(Score, v) for k, v in (data.get("eval") or {}).items()}
+    metrics.eval_extra = {str(k): _entry(Score, v) for k, v in (data.get("eval_extra") or {}).items()}
     metrics.val = _entry(Score, data.get("val"))
     metrics.history = [from_fields(CurvePoint, p) for p in data.get("history") or []]
     metrics.time_s = dict(data.get("time_s") or {})

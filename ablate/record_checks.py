@@ -100,6 +100,13 @@ def record_problems(record: dict[str, Any]) -> list[str]:
             if not str(length).isdigit():
                 bad("metrics.eval", length, "expected lengths as integers")
             bad(f"metrics.eval.{length}.accuracy", e.get("accuracy"), _score_problem(e.get("accuracy"), low, high, ok))
+    extra = metrics.get("eval_extra")
+    if extra is not None and not (isinstance(extra, dict) and all(isinstance(e, dict) for e in extra.values())):
+        bad("metrics.eval_extra", extra, "expected a mapping of name -> {accuracy, loss}")
+    elif extra:
+        for name, e in extra.items():
+            bad(f"metrics.eval_extra.{name}.accuracy", e.get("accuracy"),
+                _score_problem(e.get("accuracy"), low, high, ok))
     val = metrics.get("val")
     if val is not None and not isinstance(val, dict):
         bad("metrics.val", val, "expected a mapping {loss, accuracy}")

@@ -215,6 +215,9 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     module.eval_split = "test"
     started = time.perf_counter()
     trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
+    if hasattr(data.task, "extra_test_sets"):  # dev sets scored beside the test split (MNLI mismatched)
+        metrics.eval_extra = {name: Score(**module.evaluate(batches))
+                              for name, batches in data.task.extra_test_sets().items()}
     time_s["test"] = time.perf_counter() - started
     evals = module.eval_results()
     first = evals[str(data.val_lengths[0])]

@@ -11,14 +11,16 @@ Platform for Natural Language Understanding"): ``task=glue task.name=NAME`` with
   GLUE distribution): ``train.tsv`` and ``dev.tsv`` (MNLI: ``dev_matched.tsv`` if there is no
   ``dev.tsv``), read by the same TSV reader as ``task=classify``. This is how the tests cover it.
 
-Tokens, layout and label ids are those of ``task=classify`` (byte tokens with CLS/SEP/PAD,
-labels in sorted order of their strings; the hub's integer labels are used as strings). The
-test split is GLUE's dev set (its test labels are not public); the validation split is carved out
-of GLUE's training set as in ``task=classify`` (``n_val`` rows, at most a tenth, the same rows for
-every seed), and those rows are not trained on. The headline metric is GLUE's
-own: Matthews correlation for CoLA, F1 of the positive class for MRPC and QQP (their accuracy is
-recorded too, as ``label_accuracy``), accuracy for the others. STS-B is a regression task and is
-not supported.
+Tokens, layout and label ids are those of ``task=classify`` (byte tokens with CLS/SEP/PAD, or with
+``tokenizer`` a tokenizer.json's ids and its specials; labels in sorted order of their strings; the
+hub's integer labels are used as strings). The test split is GLUE's dev set (its test labels are not
+public); the validation split is carved out of GLUE's training set as in ``task=classify``
+(``n_val`` rows, at most a tenth, the same rows for every seed), and those rows are not trained on.
+The headline metric is the one GLUE's leaderboard reports: Matthews correlation for CoLA, the mean of
+F1 (of the positive class) and accuracy for MRPC and QQP (both recorded too, as ``f1`` and
+``label_accuracy``), accuracy for the others. MNLI's test split is the matched dev set; the
+mismatched one is scored beside it (:meth:`GlueTask.extra_test_sets`, the record's
+``metrics.eval_extra``). STS-B is a regression task and is not supported.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Sequence
+
+import torch
 
 from .base import N_VAL, Task
 from .files import ClassificationTask, _dir_problems
@@ -45,8 +49,11 @@ GLUE_TASKS: dict[str, int] = {
     "cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
 }
 #: GLUE's headline metric where it is not accuracy (computed in ablate.lit.CONFUSION_METRICS)
-GLUE_METRICS: dict[str, str] = {"cola": "matthews_corr", "mrpc": "f1", "qqp": "f1"}
-UNSUPPORTED = {"stsb": "GLUE's stsb is a regression task and is not supported"}
+GLUE_METRICS: dict[str, str] = {"cola": "matthews_corr", "mrpc": "f1_accuracy", "qqp": "f1_accuracy"}
+UNSUPPORTED = {"stsb": "GLUE's stsb is a regression task (scored by Pearson and Spearman correlation), and "
+                       "ablate's models have classification heads only, so it is not supported"}
+#: MNLI's second dev set (GLUE scores matched and mismatched), evaluated beside the test split
+MISMATCHED = "mismatched"
 
 #: text columns of each task in the hub's version
 HUB_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -77,8 +84,8 @@ class GlueTask(ClassificationTask):
         return super().__new__(GLUE_CLASSES[name] if cls is GlueTask else cls)
 
     def __init__(self, name: str = "sst2", seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
-                 causal: bool = False, path: str | None = None, n_val: int = N_VAL):
-        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
+                 causal: bool = False, path: str | None = None, n_val: int = N_VAL, tokenizer: str = "bytes"):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val, tokenizer)
         self.n_classes = GLUE_TASKS[self.name]
         self.metric = GLUE_METRICS.get(self.name, "accuracy")
         self.path = None if path is None else Path(str(path)).expanduser()
@@ -101,6 +108,8 @@ class GlueTask(ClassificationTask):
     def _file(self, split: str) -> Path:
         if split == "train":
             return self.path / "train.tsv"
+        if split == MISMATCHED:
+            return self.path / "dev_mismatched.tsv"
         if self.name == "mnli" and not (self.path / "dev.tsv").is_file():
             return self.path / "dev_matched.tsv"
         return self.path / "dev.tsv"
@@ -113,6 +122,8 @@ class GlueTask(ClassificationTask):
     def _hub_split(self, split: str) -> str:
         if split == "train":
             return "train"
+        if split == MISMATCHED:
+            return "validation_mismatched"
         return "validation_matched" if self.name == "mnli" else "validation"
 
     def _load_hub(self):
@@ -124,6 +135,34 @@ class GlueTask(ClassificationTask):
     def prepare(self) -> None:
         if self.path is None:
             self._load_hub()
+
+    def extra_test_names(self) -> list[str]:
+        """The dev sets scored beside the test split: MNLI's mismatched one (locally: when the
+        directory holds dev_mismatched.tsv)."""
+        if self.name != "mnli" or (self.path is not None and not self._file(MISMATCHED).is_file()):
+            return []
+        return [MISMATCHED]
+
+    def _setup(self) -> None:
+        super()._setup()
+        for name in self.extra_test_names():
+            self._split_rows[name] = self._rows(name)
+
+    def setup(self) -> None:
+        if not self._ready:
+            super().setup()
+            for name in self.extra_test_names():  # bad data fails before training
+                self.encoded(name, self.seq_len)
+
+    def extra_test_sets(self) -> dict[str, list]:
+        """``{name: batches}`` at the training length of each dev set scored beside the test split
+        (``metrics.eval_extra`` in the record)."""
+        out = {}
+        for name in self.extra_test_names():
+            rows = self.encoded(name, self.seq_len)
+            out[name] = [rows.batch(torch.arange(i, min(i + self.batch_size, len(rows))))
+                         for i in range(0, len(rows), self.batch_size)]
+        return out
 
     def _rows(self, split: str):
         if self.path is not None:
