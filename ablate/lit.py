@@ -35,7 +35,38 @@ class Diverged(RuntimeError):
 
 
 def masked_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy over the labelled positions; float targets are a regression's (GLUE's STS-B):
+    the mean squared error of the first output there."""
+    if targets.is_floating_point():
+        labelled = targets != IGNORE
+        return F.mse_loss(logits[..., 0][labelled], targets[labelled])
     return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
+
+
+def pearson(x: Tensor, y: Tensor) -> float:
+    """Pearson's correlation of two vectors (0 where either is constant)."""
+    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
+    den = ((x * x).sum() * (y * y).sum()).sqrt()
+    return float((x * y).sum() / den) if den > 0 else 0.0
+
+
+def _ranks(x: Tensor) -> Tensor:
+    """Ranks from 0, ties given their mean rank (as Spearman's correlation ranks them)."""
+    ranks = torch.empty(len(x), dtype=torch.float64)
+    ranks[x.argsort()] = torch.arange(len(x), dtype=torch.float64)
+    _, tie, counts = torch.unique(x, return_inverse=True, return_counts=True)
+    return torch.zeros(len(counts), dtype=torch.float64).index_add_(0, tie, ranks)[tie] / counts[tie]
+
+
+def spearman(x: Tensor, y: Tensor) -> float:
+    """Spearman's rank correlation: Pearson's of the ranks."""
+    return pearson(_ranks(x), _ranks(y))
+
+
+def pearson_spearman(predicted: Tensor, true: Tensor) -> dict[str, float]:
+    """GLUE's STS-B score, the mean of Pearson's and Spearman's correlation, with each."""
+    p, s = pearson(predicted, true), spearman(predicted, true)
+    return {"accuracy": (p + s) / 2, "pearson": p, "spearman": s}
 
 
 def matthews_corr(confusion: Tensor) -> float:
@@ -90,6 +121,7 @@ class AblateModule(pl.LightningModule):
         self.metric, self.n_classes = metric, n_classes
         self._eval_sums: dict[int, Tensor] = {}
         self._confusion: dict[int, Tensor] = {}
+        self._scores: dict[int, list[Tensor]] = {}  # a regression's (predicted, true) pairs
         self.eval_split = "test"  # what the next trainer.validate evaluates: names its logged metrics
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -107,10 +139,15 @@ class AblateModule(pl.LightningModule):
         tokens, targets = batch
         logits = self.model(tokens)
         labelled = targets != IGNORE
-        loss_sum = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
-        correct = (logits.argmax(-1) == targets)[labelled].sum()
-        sums = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
         length = self.val_lengths[dataloader_idx] if self.val_lengths else tokens.shape[1]
+        if targets.is_floating_point():  # a regression: squared error; the correlations at the end
+            predicted, true = logits[..., 0][labelled], targets[labelled]
+            loss_sum, correct = F.mse_loss(predicted, true, reduction="sum"), torch.zeros((), device=tokens.device)
+            self._scores.setdefault(length, []).append(torch.stack([predicted, true]).detach().float())
+        else:
+            loss_sum = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+            correct = (logits.argmax(-1) == targets)[labelled].sum()
+        sums = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
         self._eval_sums[length] = self._eval_sums.get(length, 0) + sums.detach()
         if self.metric in CONFUSION_METRICS:
             pairs = targets[labelled] * self.n_classes + logits.argmax(-1)[labelled]
@@ -118,7 +155,7 @@ class AblateModule(pl.LightningModule):
             self._confusion[length] = self._confusion.get(length, 0) + counts
 
     def on_validation_epoch_start(self) -> None:
-        self._eval_sums, self._confusion = {}, {}
+        self._eval_sums, self._confusion, self._scores = {}, {}, {}
 
     def on_validation_epoch_end(self) -> None:
         for length, sums in self._eval_sums.items():
@@ -127,24 +164,34 @@ class AblateModule(pl.LightningModule):
                 if length in self._confusion:
                     gathered = self.all_gather(self._confusion[length])
                     self._confusion[length] = gathered.reshape(-1, self.n_classes, self.n_classes).sum(0)
+                if length in self._scores:
+                    self._scores[length] = [self._gather_pairs(torch.cat(self._scores[length], 1))]
         for length, e in self.eval_results().items():
             self.log_dict({f"{self.eval_split}/loss@{length}": e["loss"],
                            f"{self.eval_split}/accuracy@{length}": e["accuracy"]},
                           add_dataloader_idx=False, sync_dist=False, rank_zero_only=True)
 
+    def _gather_pairs(self, pairs: Tensor) -> Tensor:
+        """Every rank's (2, n) pairs, concatenated: padded with NaN to the longest rank's, gathered."""
+        sizes = self.all_gather(torch.tensor(pairs.shape[1], device=pairs.device)).reshape(-1)
+        padded = torch.full((2, int(sizes.max())), float("nan"), device=pairs.device)
+        padded[:, :pairs.shape[1]] = pairs
+        gathered = self.all_gather(padded).reshape(-1, 2, padded.shape[1]).permute(1, 0, 2).reshape(2, -1)
+        return gathered[:, ~gathered[0].isnan()]
+
     @torch.no_grad()
     def evaluate(self, batches: Sequence[tuple[Tensor, Tensor]]) -> dict[str, float]:
         """Loss and headline metric over ``batches`` at the training length, in eval mode, without
         logging and without touching the last validation's results (a learning curve's point)."""
-        saved, was_training = (self._eval_sums, self._confusion), self.training
-        self._eval_sums, self._confusion = {}, {}
+        saved, was_training = (self._eval_sums, self._confusion, self._scores), self.training
+        self._eval_sums, self._confusion, self._scores = {}, {}, {}
         self.eval()
         try:
             for tokens, targets in batches:
                 self.validation_step((tokens.to(self.device), targets.to(self.device)), 0)
             (result,) = self.eval_results().values()
         finally:
-            self._eval_sums, self._confusion = saved
+            self._eval_sums, self._confusion, self._scores = saved
             self.train(was_training)
         return result
 
@@ -152,7 +199,8 @@ class AblateModule(pl.LightningModule):
         """``{length: {accuracy, loss, count}}`` of the last validation, over every labelled position.
         ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
         metric that metric (plain accuracy is then kept as ``label_accuracy``, and F1 as ``f1`` where the
-        metric is built on it)."""
+        metric is built on it); for a regression the mean of Pearson's and Spearman's correlation (each
+        kept as ``pearson``, ``spearman``)."""
         out = {}
         for length, sums in self._eval_sums.items():
             loss_sum, correct, count = sums.tolist()
@@ -162,6 +210,9 @@ class AblateModule(pl.LightningModule):
                 e["accuracy"] = CONFUSION_METRICS[self.metric](self._confusion[length])
                 if self.metric in F1_METRICS:
                     e["f1"] = binary_f1(self._confusion[length])
+            if length in self._scores:  # a regression: no accuracy, the correlations
+                predicted, true = torch.cat(self._scores[length], 1).cpu()
+                e.update(pearson_spearman(predicted, true))
             out[str(length)] = e
         return out
 

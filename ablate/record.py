@@ -53,6 +53,8 @@ class Score:
     count: int | None = None              # scored positions
     label_accuracy: float | None = None   # plain accuracy where ``accuracy`` is a confusion metric
     f1: float | None = None               # F1 of class 1 where the metric is built on it (MRPC, QQP)
+    pearson: float | None = None          # a regression's (STS-B) correlations, whose mean is ``accuracy``
+    spearman: float | None = None
     bytes_per_token: float | None = None  # text tasks: UTF-8 bytes per scored target token
     bits_per_byte: float | None = None
 

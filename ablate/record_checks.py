@@ -11,7 +11,7 @@ from typing import Any
 
 STATUSES = ("ok", "diverged", "failed", "interrupted")
 #: headline metrics that are not fractions in [0, 1] (``ablate.lit.CONFUSION_METRICS``): their range
-SIGNED_METRICS = {"matthews_corr": (-1.0, 1.0)}
+SIGNED_METRICS = {"matthews_corr": (-1.0, 1.0), "pearson_spearman": (-1.0, 1.0)}
 #: record entries that are mappings when present (null allowed: an entry a job had nothing for)
 MAPPING_ENTRIES = ("metrics", "config", "choices", "experiment", "job", "budget", "tune", "finetune", "wandb")
 #: a job's stage in a sweep with a fine-tune stage (absent or null elsewhere)

@@ -23,7 +23,7 @@ from ablate.data.glue import GLUE_METRICS, GLUE_TASKS
 from ablate.data.vocab import TextCodec
 from ablate.finetune_plan import finetune_stage
 from ablate.job import Job
-from ablate.lit import AblateModule, binary_f1, f1_accuracy, matthews_corr
+from ablate.lit import AblateModule, _ranks, binary_f1, f1_accuracy, matthews_corr, pearson, spearman
 from ablate.record import Metrics, Record, RecordError, Score
 from ablate.planner import Planner
 from ablate.run import run_job
@@ -128,7 +128,8 @@ def test_mrpc_and_qqp_score_as_glue_does(mrpc: Path, tmp_path: Path) -> None:
     dm = glue({"name": "qqp", "path": str(qqp), "seq_len": 32})
     assert dm.metric == "f1_accuracy" and dm.eval_batches(32)[0][1][:, 0].tolist() == [0, 1, 0, 1]
     assert {n: GLUE_METRICS.get(n, "accuracy") for n in GLUE_TASKS} == {
-        "cola": "matthews_corr", "sst2": "accuracy", "mrpc": "f1_accuracy", "qqp": "f1_accuracy",
+        "cola": "matthews_corr", "sst2": "accuracy", "mrpc": "f1_accuracy", "stsb": "pearson_spearman",
+        "qqp": "f1_accuracy",
         "mnli": "accuracy", "qnli": "accuracy", "rte": "accuracy", "wnli": "accuracy"}
 
 
@@ -166,6 +167,74 @@ def test_old_records_read_without_the_new_fields() -> None:
     implausible["metrics"]["eval_extra"]["mismatched"]["accuracy"] = 1.5
     with pytest.raises(RecordError, match=r"metrics.eval_extra.mismatched.accuracy=1.5"):
         Record.from_json(implausible)
+
+
+# ---------------------------------------------------------------------------------------------
+# STS-B: a regression
+
+STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+
+
+@pytest.fixture
+def stsb(tmp_path: Path) -> Path:
+    d = tmp_path / "stsb"
+    d.mkdir()
+    rows = [f"{i}\tnews\tf\t2012\t{i}\tx\ty\t{a}\t{b}\t{i % 6 * 0.8:.3f}" for i, (a, b) in enumerate(PAIRS * 4)]
+    write(d / "train.tsv", STSB_HEADER, rows)
+    write(d / "dev.tsv", STSB_HEADER, rows[:5])
+    return d
+
+
+def test_pearson_and_spearman_against_hand_computed_values() -> None:
+    x, y = torch.tensor([1.0, 2, 3, 4]), torch.tensor([1.0, 3, 2, 4])
+    # centred: (-1.5, -0.5, 0.5, 1.5) and (-1.5, 0.5, -0.5, 1.5): 4 / sqrt(5 · 5)
+    assert pearson(x, y) == pytest.approx(0.8) and spearman(x, y) == pytest.approx(0.8)
+    squares = torch.tensor([1.0, 4, 9, 100])  # monotone, not linear: Spearman 1, Pearson below
+    assert spearman(x, squares) == pytest.approx(1.0) and pearson(x, squares) < 0.9
+    assert _ranks(torch.tensor([3.0, 1, 1, 2])).tolist() == [3, 0.5, 0.5, 2]  # ties share their mean rank
+    assert pearson(x, torch.ones(4)) == 0.0
+
+
+class Scores(nn.Module):
+    """Outputs the token as its score."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens.float().unsqueeze(-1)
+
+
+def test_stsb_scores_the_mean_of_pearson_and_spearman() -> None:
+    module = AblateModule(Scores(), {}, 1, metric="pearson_spearman", n_classes=1)
+    tokens = torch.tensor([1, 2, 3, 4]).view(-1, 1).repeat(1, 2)
+    targets = torch.full(tokens.shape, float(IGNORE))
+    targets[:, 0] = torch.tensor([1.0, 3, 2, 4])
+    e = module.evaluate([(tokens[:2], targets[:2]), (tokens[2:], targets[2:])])
+    assert e["accuracy"] == pytest.approx(0.8) and e["pearson"] == pytest.approx(0.8)
+    assert e["spearman"] == pytest.approx(0.8) and e["count"] == 4
+    assert e["loss"] == pytest.approx((0 + 1 + 1 + 0) / 4)  # mean squared error
+    assert "label_accuracy" not in e
+
+
+def test_stsb_reads_scores_and_trains_a_one_output_head(stsb: Path, tmp_path: Path, one_thread) -> None:
+    dm = glue({"name": "stsb", "path": str(stsb), "seq_len": 32})
+    assert dm.metric == "pearson_spearman" and dm.n_classes == 1
+    _, y = dm.eval_batches(32)[0]
+    assert y.dtype == torch.float32 and y[:, 0].tolist() == pytest.approx([0, 0.8, 1.6, 2.4])
+    assert (y[:, 1:] == IGNORE).all()
+    overrides = ["task=glue", "task.name=stsb", f"task.path={stsb}", "task.n_val=2", "trainer.max_steps=2"]
+    cfg = compose_cfg([*tiny_overrides(*IN_PROCESS), *overrides])
+    record = run_job(cfg, Job(tmp_path / "job", overrides, {}, None, None))
+    assert record.status == "ok", record.error
+    score = record.metrics.eval["16"]
+    assert record.metrics.metric == "pearson_spearman" and record.metrics.accuracy == score.accuracy
+    assert score.accuracy == pytest.approx((score.pearson + score.spearman) / 2) and score.loss > 0
+    assert Record.read(record.write(tmp_path / "job")).metrics == record.metrics
+
+
+def test_a_score_that_is_no_number_is_refused(stsb: Path) -> None:
+    text = (stsb / "dev.tsv").read_text().replace("\t0.800\n", "\tsimilar\n")
+    (stsb / "dev.tsv").write_text(text)
+    with pytest.raises(ValueError, match=r"dev.tsv, line 3: label 'similar' is not a number"):
+        glue({"name": "stsb", "path": str(stsb), "seq_len": 32})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,9 +301,8 @@ def test_bad_keys_are_refused_in_one_line(mrpc: Path) -> None:
     assert "task.tokenizer='bpe'" in bad and "valid: bytes, or the path of a tokenizer.json" in bad
     (bad,) = problems({"name": "mrpc", "path": str(mrpc), "seq_len": 32, "tokenizer": "nope.json"})
     assert "task.tokenizer='nope.json' is not a tokenizer file" in bad and "\n" not in bad
-    (bad,) = problems({"name": "stsb", "seq_len": 32})
-    assert "regression" in bad and "valid: cola, sst2, mrpc, qqp, mnli, qnli, rte, wnli" in bad
     (bad,) = problems({"name": "mnli_mismatched", "seq_len": 32})
-    assert "not a GLUE task; valid: cola" in bad
+    assert "task.name='mnli_mismatched' is not a GLUE task; valid: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli" \
+        in bad
     with pytest.raises(ValueError, match="task.tokenizer='bpe'"):
         glue({"name": "mrpc", "path": str(mrpc), "seq_len": 32, "tokenizer": "bpe"})

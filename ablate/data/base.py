@@ -225,7 +225,8 @@ class TaskContractError(ValueError):
 
 def batch_problems(task: Task, batch: Any, length: int, what: str, batch_size: int | None = None) -> list[str]:
     """The rules of the batch contract (``(tokens, targets)``, both LongTensor (B, T); token ids in
-    ``[0, vocab_size)``; targets ``-100`` or in ``[0, n_classes)``, at least one labelled) that
+    ``[0, vocab_size)``; targets ``-100`` or in ``[0, n_classes)``, at least one labelled; a task with
+    ``regression`` true: float32 targets, ``-100`` or finite scores) that
     ``batch`` breaks, each naming the task class and ``what`` batch it is (e.g. ``the first
     training batch``). ``length``: the T asked for; ``batch_size``: the B asked for (None: any)."""
     from ablate.components import qualname
@@ -236,8 +237,12 @@ def batch_problems(task: Task, batch: Any, length: int, what: str, batch_size: i
         return [f"{name} must be a pair (tokens, targets) of tensors, got {type(batch).__name__}"
                 + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else "")]
     tokens, targets = batch
-    out = [f"{name}: {label} must be a LongTensor (torch.int64), got {t.dtype}"
-           for label, t in (("tokens", tokens), ("targets", targets)) if t.dtype != torch.long]
+    regression = bool(getattr(task, "regression", False))  # its targets are scores (GLUE's STS-B)
+    out = [f"{name}: tokens must be a LongTensor (torch.int64), got {tokens.dtype}"] if tokens.dtype != torch.long else []
+    if regression and targets.dtype != torch.float32:
+        out.append(f"{name}: targets must be a FloatTensor (torch.float32) for a regression, got {targets.dtype}")
+    elif not regression and targets.dtype != torch.long:
+        out.append(f"{name}: targets must be a LongTensor (torch.int64), got {targets.dtype}")
     if tokens.dim() != 2 or tokens.shape != targets.shape:
         return out + [f"{name}: tokens and targets must both be (batch, length), got {tuple(tokens.shape)} "
                       f"and {tuple(targets.shape)}"]
@@ -253,6 +258,9 @@ def batch_problems(task: Task, batch: Any, length: int, what: str, batch_size: i
     labelled = targets[targets != IGNORE]
     if labelled.numel() == 0:
         out.append(f"{name}: no position is labelled (every target is {IGNORE}): there is nothing to learn")
+    elif regression:
+        if not bool(labelled.isfinite().all()):
+            out.append(f"{name}: a regression's targets must be finite numbers (or {IGNORE})")
     elif int(labelled.min()) < 0 or int(labelled.max()) >= int(task.n_classes):
         out.append(f"{name}: targets must be {IGNORE} or lie in [0, n_classes={task.n_classes}), got "
                    f"{int(labelled.min())}..{int(labelled.max())}")

@@ -137,6 +137,8 @@ class ClassificationTask(FileTask):
     """Sentence (pair) classification with byte tokens; subclasses provide :meth:`_rows`."""
 
     metric = "accuracy"
+    #: the labels are scores and the head one output trained by mean squared error (GLUE's STS-B)
+    regression = False
     vocab_size = BYTE_VOCAB
     pad_id = PAD
     #: the vocabulary its ids come from: the bytes, then PAD, CLS, SEP at TextCodec's ids (a fine-tune
@@ -162,8 +164,8 @@ class ClassificationTask(FileTask):
 
     def _setup(self) -> None:
         train = self._rows("train")
-        self.labels = sorted_labels(r[1] for r in train)
-        self.label_ids = {l: i for i, l in enumerate(self.labels)}
+        self.labels = [] if self.regression else sorted_labels(r[1] for r in train)
+        self.label_ids = None if self.regression else {l: i for i, l in enumerate(self.labels)}
         if len(self.labels) > self.n_classes:
             raise ValueError(f"{self._source('train')}: {len(self.labels)} distinct labels, "
                              f"more than the {self.n_classes} classes expected")

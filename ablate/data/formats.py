@@ -31,7 +31,7 @@ TEXT_COLUMNS: tuple[tuple[str, ...], ...] = (
     ("premise", "hypothesis"), ("#1 String", "#2 String"), ("sentence",),
 )
 #: label column names searched in a TSV header, in order
-LABEL_COLUMNS: tuple[str, ...] = ("label", "gold_label", "is_duplicate", "Quality")
+LABEL_COLUMNS: tuple[str, ...] = ("label", "gold_label", "is_duplicate", "Quality", "score")
 
 Row = tuple[tuple[str, ...], str, int]  # (text segments, label, line number)
 
@@ -167,7 +167,7 @@ class _ClassRows:
 
     def batch(self, idx) -> Batch:
         x = self.tokens[idx].long()
-        y = torch.full_like(x, IGNORE)
+        y = torch.full(x.shape, IGNORE, dtype=self.labels.dtype)  # float labels: a regression
         y[torch.arange(len(x)), self.pos[idx]] = self.labels[idx]
         return x, y
 
@@ -183,21 +183,39 @@ class _TagRows:
         return self.tokens[idx].long(), self.targets[idx].long()
 
 
-def encode_classification(rows: Sequence[Row], label_ids: dict[str, int], length: int,
-                          causal: bool, where: str = "", codec: "TextCodec | None" = None) -> _ClassRows:
-    """Encode rows to tokens of ``length`` (see the module docstring for the layout): byte tokens with
-    PAD/CLS/SEP 256/257/258, or with ``codec`` its tokenizer's ids and its specials."""
-    if codec is not None:
-        return _encode_with_codec(rows, label_ids, length, causal, where, codec)
-    n = len(rows)
-    tokens = np.full((n, length), PAD, dtype=np.int16)
-    pos = np.zeros(n, dtype=np.int64)
-    labels = np.zeros(n, dtype=np.int64)
-    for i, (segs, label, line) in enumerate(rows):
+def label_values(rows: Sequence[Row], label_ids: dict[str, int] | None, where: str = "") -> np.ndarray:
+    """The rows' label ids (int64), or with ``label_ids`` None their labels as numbers (float32: a
+    regression's targets, GLUE's STS-B)."""
+    if label_ids is None:
+        values = np.zeros(len(rows), dtype=np.float32)
+        for i, (_, label, line) in enumerate(rows):
+            try:
+                values[i] = float(label)
+            except ValueError:
+                raise ValueError(f"{where}, line {line}: label {label!r} is not a number "
+                                 "(a regression task's labels are scores)") from None
+        return values
+    ids = np.zeros(len(rows), dtype=np.int64)
+    for i, (_, label, line) in enumerate(rows):
         if label not in label_ids:
             raise ValueError(f"{where}, line {line}: label {label!r} does not occur in the "
                              f"training file (known labels: {list(label_ids)})")
-        labels[i] = label_ids[label]
+        ids[i] = label_ids[label]
+    return ids
+
+
+def encode_classification(rows: Sequence[Row], label_ids: dict[str, int] | None, length: int,
+                          causal: bool, where: str = "", codec: "TextCodec | None" = None) -> _ClassRows:
+    """Encode rows to tokens of ``length`` (see the module docstring for the layout): byte tokens with
+    PAD/CLS/SEP 256/257/258, or with ``codec`` its tokenizer's ids and its specials. ``label_ids``
+    None: the labels are numbers (a regression)."""
+    labels = label_values(rows, label_ids, where)
+    if codec is not None:
+        return _encode_with_codec(rows, labels, length, causal, codec)
+    n = len(rows)
+    tokens = np.full((n, length), PAD, dtype=np.int16)
+    pos = np.zeros(n, dtype=np.int64)
+    for i, (segs, _, _) in enumerate(rows):
         o = 0
         for p in _byte_layout([s.encode("utf-8") for s in segs], length, causal):
             if isinstance(p, int):
@@ -210,19 +228,14 @@ def encode_classification(rows: Sequence[Row], label_ids: dict[str, int], length
     return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
 
 
-def _encode_with_codec(rows: Sequence[Row], label_ids: dict[str, int], length: int, causal: bool, where: str,
+def _encode_with_codec(rows: Sequence[Row], labels: np.ndarray, length: int, causal: bool,
                        codec: "TextCodec") -> _ClassRows:
     """:func:`encode_classification` through a tokenizer: the same layout and truncation, in its ids."""
     special = {PAD: codec.pad_id, CLS: codec.cls_id, SEP: codec.sep_id}
     n = len(rows)
     tokens = np.full((n, length), codec.pad_id, dtype=np.int16 if codec.vocab_size < 2**15 else np.int32)
     pos = np.zeros(n, dtype=np.int64)
-    labels = np.zeros(n, dtype=np.int64)
-    for i, (segs, label, line) in enumerate(rows):
-        if label not in label_ids:
-            raise ValueError(f"{where}, line {line}: label {label!r} does not occur in the "
-                             f"training file (known labels: {list(label_ids)})")
-        labels[i] = label_ids[label]
+    for i, (segs, _, _) in enumerate(rows):
         ids: list[int] = []
         for part in _byte_layout([codec.encode(s) for s in segs], length, causal):
             ids += [special[part]] if isinstance(part, int) else list(part)

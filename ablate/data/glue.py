@@ -1,6 +1,6 @@
 """GLUE classification tasks (Wang et al., 2019, "GLUE: A Multi-Task Benchmark and Analysis
 Platform for Natural Language Understanding"): ``task=glue task.name=NAME`` with NAME one of
-:data:`GLUE_TASKS` (cola, sst2, mrpc, qqp, mnli, qnli, rte, wnli).
+:data:`GLUE_TASKS` (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli).
 
 * ``task.path`` null: the data comes from the Hugging Face hub through the ``datasets`` library
   (``datasets.load_dataset("nyu-mll/glue", NAME)``, the canonical home of the former ``"glue"``
@@ -18,9 +18,10 @@ public); the validation split is carved out of GLUE's training set as in ``task=
 (``n_val`` rows, at most a tenth, the same rows for every seed), and those rows are not trained on.
 The headline metric is the one GLUE's leaderboard reports: Matthews correlation for CoLA, the mean of
 F1 (of the positive class) and accuracy for MRPC and QQP (both recorded too, as ``f1`` and
-``label_accuracy``), accuracy for the others. MNLI's test split is the matched dev set; the
-mismatched one is scored beside it (:meth:`GlueTask.extra_test_sets`, the record's
-``metrics.eval_extra``). STS-B is a regression task and is not supported.
+``label_accuracy``), the mean of Pearson and Spearman correlation for STS-B (a regression: one
+output trained by mean squared error on the 0-5 score), accuracy for the others. MNLI's test split is
+the matched dev set; the mismatched one is scored beside it (:meth:`GlueTask.extra_test_sets`, the
+record's ``metrics.eval_extra``).
 """
 
 from __future__ import annotations
@@ -44,20 +45,19 @@ def _datasets_available() -> bool:
     return importlib.util.find_spec("datasets") is not None
 
 
-#: GLUE classification tasks and their number of classes
+#: GLUE's tasks and their number of outputs (classes; STS-B, a regression: one score)
 GLUE_TASKS: dict[str, int] = {
-    "cola": 2, "sst2": 2, "mrpc": 2, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
+    "cola": 2, "sst2": 2, "mrpc": 2, "stsb": 1, "qqp": 2, "mnli": 3, "qnli": 2, "rte": 2, "wnli": 2,
 }
 #: GLUE's headline metric where it is not accuracy (computed in ablate.lit.CONFUSION_METRICS)
-GLUE_METRICS: dict[str, str] = {"cola": "matthews_corr", "mrpc": "f1_accuracy", "qqp": "f1_accuracy"}
-UNSUPPORTED = {"stsb": "GLUE's stsb is a regression task (scored by Pearson and Spearman correlation), and "
-                       "ablate's models have classification heads only, so it is not supported"}
+GLUE_METRICS: dict[str, str] = {"cola": "matthews_corr", "mrpc": "f1_accuracy", "qqp": "f1_accuracy",
+                                 "stsb": "pearson_spearman"}
 #: MNLI's second dev set (GLUE scores matched and mismatched), evaluated beside the test split
 MISMATCHED = "mismatched"
 
 #: text columns of each task in the hub's version
 HUB_COLUMNS: dict[str, tuple[str, ...]] = {
-    "cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
+    "cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"), "stsb": ("sentence1", "sentence2"),
     "qqp": ("question1", "question2"), "mnli": ("premise", "hypothesis"),
     "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"),
     "wnli": ("sentence1", "sentence2"),
@@ -170,15 +170,14 @@ class GlueTask(ClassificationTask):
         ds = self._load_hub()[self._hub_split(split)]
         cols = [list(ds[c]) for c in HUB_COLUMNS[self.name]]
         labels = list(ds["label"])
-        return [(tuple(c[i] for c in cols), str(int(labels[i])), i + 1)
-                for i in range(len(labels)) if int(labels[i]) >= 0]
+        label = (lambda x: str(float(x))) if self.regression else (lambda x: str(int(x)))
+        return [(tuple(c[i] for c in cols), label(labels[i]), i + 1)
+                for i in range(len(labels)) if labels[i] >= 0]  # the hub marks unlabelled rows -1
 
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
         if cls is GlueTask:
             name = cfg.get("name", "sst2")
-            if name in UNSUPPORTED:
-                return [f"task.name={name!r}: {UNSUPPORTED[name]}; valid: {', '.join(GLUE_TASKS)}"]
             if name not in GLUE_CLASSES:
                 return [f"task.name={name!r} is not a GLUE task; valid: {', '.join(GLUE_TASKS)}"]
             return GLUE_CLASSES[name].problems(cfg, context)
@@ -193,8 +192,9 @@ class GlueTask(ClassificationTask):
 
 def _make(name: str) -> type[Task]:
     cls = type(name.upper(), (GlueTask,),
-               {"name": name, "__doc__": f"GLUE {name} (Wang et al., 2019); "
-                                         f"{GLUE_TASKS[name]} classes."})
+               {"name": name, "regression": name == "stsb",
+                "__doc__": f"GLUE {name} (Wang et al., 2019); "
+                           + ("a regression (a score)." if name == "stsb" else f"{GLUE_TASKS[name]} classes.")})
     cls.__module__ = __name__
     return cls
 
