@@ -195,9 +195,9 @@ def test_caption_says_the_rankings_disagree(tmp_path):
 
 def test_glue_tasks_are_averaged_as_a_glue_score(tmp_path):
     t = build_table(load_records(write(tmp_path, sweep_records(tasks=("cola", "sst2"), glue=True))))
-    assert t.avg_label == "GLUE score" and t.tasks == ["cola", "sst2"]
-    assert "GLUE score (%)" in [c.head for c in t.columns()]
-    assert "GLUE score: macro average over the GLUE tasks run, on GLUE's dev sets (not a leaderboard number)" \
+    assert t.avg_label == "GLUE dev score" and t.tasks == ["cola", "sst2"]
+    assert "GLUE dev score (%)" in [c.head for c in t.columns()]
+    assert "GLUE dev score: macro average over the GLUE tasks run, on GLUE's dev sets (not a leaderboard number)" \
         in t.caption()
     assert "cola: matthews" in t.caption()
 
@@ -289,7 +289,7 @@ def test_columns_option_gives_the_seed_tables_layout(tmp_path):
 def test_columns_from_the_experiment_and_the_glue_alias(tmp_path):
     t = build_table(load_records(write(tmp_path, sweep_records(tasks=("cola", "sst2"), glue=True,
                                                                columns="glue,speed,memory"))))
-    assert [c.head for c in t.columns()] == ["variant", "GLUE score (%)", "speed", "memory"]
+    assert [c.head for c in t.columns()] == ["variant", "GLUE dev score (%)", "speed", "memory"]
 
 
 def test_ablate_table_cli_on_a_fine_tune_sweep(tmp_path, capsys):

@@ -33,7 +33,6 @@ label at the CLS), pairs truncated longest-first; a tagged code is the single se
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,8 +42,7 @@ from .base import EVAL_SEED, IGNORE, N_VAL, _is_int, carve_validation, make_gene
 from .files import FileTask
 from .formats import CLS, SEP, _byte_layout, _ClassRows, _TagRows
 from .pysource import MODULE_GROUPS, TOKEN_LABELS, Function, first_pieces, functions, token_spans
-from .tokens import tokenizer_problem
-from .vocab import TextCodec
+from .vocab import TextCodec, task_tokenizer_problems
 
 #: what every task of the suite needs besides its specials: a CLS and a piece of text (and a SEP)
 MIN_SEQ_LEN = 4
@@ -81,7 +79,7 @@ class SourceTask(FileTask):
     def __init__(self, seq_len: int = 128, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = False, n_val: int = N_VAL, tokenizer: str = "bytes", n_train: int | None = None):
         super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
-        problems = self._tokenizer_problems(tokenizer)
+        problems = task_tokenizer_problems(tokenizer)
         if problems:
             raise ValueError("; ".join(problems))
         self.codec = TextCodec.of(str(tokenizer), specials=True)
@@ -128,18 +126,6 @@ class SourceTask(FileTask):
         self._examples = {split: self.examples(split, fs) for split, fs in self.split_functions().items()}
 
     # ---- checks -------------------------------------------------------------------------
-    @staticmethod
-    def _tokenizer_problems(tokenizer: Any) -> list[str]:
-        valid = "valid: bytes, or the path of a tokenizer.json (the pretraining's)"
-        if tokenizer == "bytes":
-            return []
-        if tokenizer == "bpe":
-            return [f"task.tokenizer='bpe' would train a new BPE, whose ids no pretrained model knows; {valid}"]
-        if not (isinstance(tokenizer, str) and tokenizer and Path(tokenizer).expanduser().is_file()):
-            return [f"task.tokenizer={tokenizer!r} is not a tokenizer file; {valid}"]
-        problem = tokenizer_problem(tokenizer)  # a file that does not load
-        return [problem] if problem else []
-
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
         out = super().problems(cfg, context)
@@ -152,7 +138,7 @@ class SourceTask(FileTask):
         if n_train is not None and not (_is_int(n_train) and n_train > 0):
             out.append(f"task.n_train must be a positive integer (at most that many training examples) "
                        f"or null (all), got {n_train!r}")
-        return out + cls._tokenizer_problems(cfg.get("tokenizer", "bytes"))
+        return out + task_tokenizer_problems(cfg.get("tokenizer", "bytes"))
 
 
 class _Classification(SourceTask):

@@ -8,7 +8,7 @@ sweep out here, one row per variant, as Narang et al. (2021, Table 1) do:
   params, training FLOPs, speed, memory, the early and final pretraining loss;
 * one column per downstream task: its headline metric (``metrics.accuracy``), each pretraining
   seed's fine-tune seeds averaged first, then mean ± sample std over the pretraining seeds;
-* their average over the tasks, per pretraining seed (``avg``; "GLUE score" when every task is
+* their average over the tasks, per pretraining seed (``avg``; "GLUE dev score" when every task is
   ``task=glue``: a macro average over GLUE's dev sets, not a leaderboard number);
 * Δ to the baseline with its 95% CI on every downstream column and on the average, paired by
   pretraining seed (``comparisons``, ``stats``), Holm–Bonferroni-corrected over all of them;
@@ -17,7 +17,7 @@ sweep out here, one row per variant, as Narang et al. (2021, Table 1) do:
 
 Each downstream column is a ``Row`` cell (as a pivot's), so the comparisons are the flat table's.
 ``columns`` (``--columns``, ``experiment.columns``) selects the human columns by name:
-``avg,speed,memory`` is the seed table's layout (variant | GLUE score | speed | memory).
+``avg,speed,memory`` is the seed table's layout (variant | GLUE dev score | speed | memory).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 FINETUNE = "finetune"
 AVG = "avg"                 # the average's cell and column name (its label: ``FinetuneTable.avg_label``)
-GLUE_SCORE = "GLUE score"
+GLUE_SCORE = "GLUE dev score"
 #: the pretraining columns ``columns`` may name, beside each task, ``<task>_delta``, avg, avg_delta, runs
 PRETRAINING_COLUMNS = ("params", "flops", "speed", "memory", "early_loss", "final_loss")
 
@@ -66,7 +66,7 @@ class FinetuneTable(CaptionText):
     rows: list[Row]
     tasks: list[str]                       # the downstream tasks, in sweep order
     task_metrics: dict[str, str]           # task -> its headline metric
-    avg_label: str                         # "avg", or "GLUE score" when every task is GLUE's
+    avg_label: str                         # "avg", or "GLUE dev score" when every task is GLUE's
     baseline: str
     baseline_key: str
     ranks: RankAgreement
@@ -233,7 +233,7 @@ class FinetuneTable(CaptionText):
                  + f" on its test split (%), a pretraining seed's fine-tune seeds averaged first, then mean ± "
                  f"sample std over pretraining seeds (n = {_span(seeds)})"]
         if self.glue:
-            parts.append("GLUE score: macro average over the GLUE tasks run, on GLUE's dev sets (not a "
+            parts.append("GLUE dev score: macro average over the GLUE tasks run, on GLUE's dev sets (not a "
                          "leaderboard number)")
         else:
             parts.append(f"avg: mean over the {_tasks(self.tasks)} per pretraining seed")
