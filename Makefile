@@ -9,7 +9,7 @@ setup:
 main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at the end
 	.venv/bin/ablate -m experiment=qkv_sharing
 
-test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; 11 min 14 s on 2 cores from a fresh clone, README)
+test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; its measured time on 2 cores: README)
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup  ## the fast tier: every test not marked slow (in-process, two pytest workers; under 2 minutes on 2 cores)
