@@ -18,7 +18,8 @@ from ablate.compose import tiny_overrides
 from ablate.components import resolve
 from ablate.data import DEFAULT_CORPUS_MODULES, check
 from ablate.data.base import IGNORE
-from ablate.data.downstream import PyDocstring, PyModule, PyTokens, layout
+from ablate.data.downstream import PyDocstring, PyModule, PyTokens
+from ablate.data.formats import codec_layout
 from ablate.data.pysource import (DOWNSTREAM_MODULES, MODULE_GROUPS, TOKEN_LABELS, first_pieces, functions,
                                   module_file, read_module, token_spans)
 from ablate.data.text import default_corpus_files
@@ -177,7 +178,7 @@ def test_the_classification_layouts(built: dict) -> None:
     assert row[n + 1] == codec.sep_id and set(row[n + 2:]) == {codec.pad_id}  # PAD on the right
 
     for (doc, code), _ in built["py_docstring"]._examples["dev"][:100]:
-        ids = layout(codec, [list(doc.encode()), list(code.encode())], 128, causal=False)
+        ids = codec_layout(codec, [list(doc.encode()), list(code.encode())], 128, causal=False)
         sep = ids.index(codec.sep_id)
         a, b, whole = sep - 1, len(ids) - sep - 2, (len(doc.encode()), len(code.encode()))
         assert ids[0] == codec.cls_id and ids[-1] == codec.sep_id and a + b == min(sum(whole), 125)

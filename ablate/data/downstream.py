@@ -40,7 +40,7 @@ import torch
 
 from .base import EVAL_SEED, IGNORE, N_VAL, _is_int, carve_validation, make_generator
 from .files import FileTask
-from .formats import CLS, SEP, _byte_layout, _ClassRows, _TagRows
+from .formats import _ClassRows, _TagRows, codec_layout
 from .pysource import MODULE_GROUPS, TOKEN_LABELS, Function, first_pieces, functions, token_spans
 from .vocab import TextCodec, task_tokenizer_problems
 
@@ -50,15 +50,6 @@ MIN_SEQ_LEN = 4
 GROUPS: tuple[str, ...] = tuple(MODULE_GROUPS)
 #: py_docstring's labels: the function's package, or whether the docstring is the function's
 LABELS: tuple[str, ...] = ("package", "match")
-
-
-def layout(codec: TextCodec, segments: Sequence[Sequence[int]], length: int, causal: bool) -> list[int]:
-    """The ids of one example: ``task=classify``'s layout and truncation, the codec's specials."""
-    special = {CLS: codec.cls_id, SEP: codec.sep_id}
-    out: list[int] = []
-    for part in _byte_layout(segments, length, causal):
-        out += [special[part]] if isinstance(part, int) else list(part)
-    return out
 
 
 def balance(task: "SourceTask", functions: list[Function], part: str) -> list[Function]:
@@ -152,7 +143,7 @@ class _Classification(SourceTask):
         pos = np.zeros(len(rows), dtype=np.int64)
         labels = np.array([label for _, label in rows], dtype=np.int64)
         for i, (segments, _) in enumerate(rows):
-            ids = layout(self.codec, [self.codec.encode(s) for s in segments], length, self.causal)
+            ids = codec_layout(self.codec, [self.codec.encode(s) for s in segments], length, self.causal)
             tokens[i, :len(ids)] = ids
             pos[i] = len(ids) - 1 if self.causal else 0
         return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
@@ -233,7 +224,7 @@ class PyTokens(SourceTask):
         """The ids of ``code`` in the layout at ``length`` and the label of each position."""
         ids, offsets = self.codec.encode_with_offsets(code, length - (1 if self.causal else 2))
         labels = first_pieces(offsets, token_spans(code, offsets[-1][1] if offsets else 0), IGNORE)
-        laid = layout(self.codec, [ids], length, self.causal)
+        laid = codec_layout(self.codec, [ids], length, self.causal)
         lead = 0 if self.causal else 1
         return laid, [IGNORE] * lead + labels + [IGNORE] * (len(laid) - lead - len(labels))
 

@@ -228,17 +228,24 @@ def encode_classification(rows: Sequence[Row], label_ids: dict[str, int] | None,
     return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
 
 
+def codec_layout(codec: "TextCodec", segments: Sequence[Sequence[int]], length: int, causal: bool) -> list[int]:
+    """The ids of one example of already encoded ``segments``: the classification layout and
+    truncation (:func:`_byte_layout`), with ``codec``'s ids for CLS and SEP (no padding)."""
+    special = {CLS: codec.cls_id, SEP: codec.sep_id}
+    out: list[int] = []
+    for part in _byte_layout(segments, length, causal):
+        out += [special[part]] if isinstance(part, int) else list(part)
+    return out
+
+
 def _encode_with_codec(rows: Sequence[Row], labels: np.ndarray, length: int, causal: bool,
                        codec: "TextCodec") -> _ClassRows:
     """:func:`encode_classification` through a tokenizer: the same layout and truncation, in its ids."""
-    special = {PAD: codec.pad_id, CLS: codec.cls_id, SEP: codec.sep_id}
     n = len(rows)
     tokens = np.full((n, length), codec.pad_id, dtype=np.int16 if codec.vocab_size < 2**15 else np.int32)
     pos = np.zeros(n, dtype=np.int64)
     for i, (segs, _, _) in enumerate(rows):
-        ids: list[int] = []
-        for part in _byte_layout([codec.encode(s) for s in segs], length, causal):
-            ids += [special[part]] if isinstance(part, int) else list(part)
+        ids = codec_layout(codec, [codec.encode(s) for s in segs], length, causal)
         tokens[i, :len(ids)] = ids
         pos[i] = len(ids) - 1 if causal else 0
     return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
