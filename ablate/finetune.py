@@ -80,6 +80,11 @@ def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[
     return jobs
 
 
+def pretraining_dir(cfg: Any, sweep_dir: str | Path | None) -> Path:
+    """A fine-tune job's pretraining job directory: ``finetune.from_job`` in its sweep directory."""
+    return Path(str(sweep_dir or ".")) / str(cfg.finetune.from_job)
+
+
 def from_job(job: Iterable[str]) -> str | None:
     """The pretraining job directory a fine-tune job's overrides name (None: not a fine-tune job)."""
     value = job_value(job, "finetune.from_job")

@@ -29,7 +29,7 @@ from ablate.console import print_job_line
 from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
 from ablate.settings import RunSettings, apply_smoke
-from ablate.finetune import PRETRAINED, pretrained_problem, stage
+from ablate.finetune import PRETRAINED, pretrained_problem, pretraining_dir, stage
 from ablate.record import BudgetEntry, FinetuneEntry, Record, TuneEntry, WandbEntry, read_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
 from ablate.loggers import sweep_group, uses_wandb
@@ -100,7 +100,7 @@ def _done_already(job: Job, cfg: DictConfig, say: bool = True) -> Record | None:
                       "training it again")
             return None
     if stage(cfg) == "finetune":  # fine-tuned from weights its pretraining has since replaced: again
-        pretraining = read_record(Path(str(job.sweep_dir or ".")) / str(cfg.finetune.from_job))
+        pretraining = read_record(pretraining_dir(cfg, job.sweep_dir))
         now = pretraining.finetune.sha256 if pretraining is not None and pretraining.finetune else None
         if previous.finetune is None or now != previous.finetune.sha256:
             if say:
@@ -269,7 +269,7 @@ def _finetune_entry(cfg: DictConfig, settings: RunSettings, job: Job) -> Finetun
     if which == "pretrain":
         return FinetuneEntry(checkpoint=str(job.dir / PRETRAINED))
     ft = settings.finetune
-    pretraining = Path(str(job.sweep_dir or ".")) / str(ft.from_job)
+    pretraining = pretraining_dir(cfg, job.sweep_dir)
     previous = read_record(pretraining)
     return FinetuneEntry(task=str(cfg.task.get("name")), mode=ft.mode, seed=int(ft.seed), from_job=str(pretraining),
                          from_variant=job.variant, from_seed=int(previous.seed) if previous and previous.seed is not None

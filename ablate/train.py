@@ -15,8 +15,8 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_model, load_pretrained, run_seed,
-                             save_pretrained, stage)
+from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_model, load_pretrained, pretraining_dir,
+                             run_seed, save_pretrained, stage)
 from ablate.job import Job
 from ablate.record import FinetuneEntry, Metrics, Score
 from ablate.settings import EvalSettings, read_settings
@@ -233,7 +233,7 @@ def _pretrained(cfg: DictConfig, job: Job, entry: FinetuneEntry | None) -> Pretr
     must have ended ok; the file must be the one that job recorded (its SHA-256)."""
     from ablate.record import read_record
 
-    pretraining = Path(str(job.sweep_dir or ".")) / str(cfg.finetune.from_job)
+    pretraining = pretraining_dir(cfg, job.sweep_dir)
     record = read_record(pretraining)
     if record is None or not record.ok:
         raise PretrainedError(f"the pretraining job {pretraining} has not finished ok "
