@@ -404,7 +404,8 @@ def directory_conflict(sweep_dir: str | Path, plan: SweepPlan) -> str | None:
 
 def variant_configs(planner: Planner, plan: SweepPlan, jobs: list[list[str]] | None = None) -> dict[str, DictConfig]:
     """One config per variant of ``jobs`` (default: the definition), the first job of each as
-    composed: what ``--plan`` and ``ablate-bench`` time."""
+    composed: what ``ablate-bench`` times (``--plan`` keeps a config per step time it looks up, a
+    fine-tune's per task too: ``preview._estimate``)."""
     configs: dict[str, DictConfig] = {}
     for job in plan.definition if jobs is None else jobs:
         key = plan.variant(job)
