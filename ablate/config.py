@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from ablate import data
+from ablate.paths import user_cache
 from ablate.components import (ComponentError, Context, call_problems, import_target, label, label_problems,
                                merge_problems, own_problems, qualname, resolve, settings_problems, target_path,
                                type_problems, value_problem)
@@ -123,6 +124,64 @@ def _schema(name: str, schema: Any, node: Any, passed: Mapping[str, Any] | None 
 
 
 def _trainer_problems(trainer: Mapping[str, Any]) -> list[str]:
+    """The trainer node's problems; a node Lightning accepted before on this installation and
+    hardware (:func:`_accepted_trainers`) is not checked again, so a refusal of another key or a
+    sweep's launcher needs no import of Lightning (seconds at every start)."""
+    key = _trainer_key(trainer)
+    if key in _accepted_trainers():
+        return []
+    problems = _checked_trainer(trainer)
+    if not problems:
+        _remember_trainer(key)
+    return problems
+
+
+#: the trainer nodes Lightning accepted, by :func:`_trainer_key`, in the per-user cache (at most this many)
+ACCEPTED_TRAINERS, MAX_ACCEPTED = "trainer_checks.json", 512
+
+
+def _trainer_key(trainer: Mapping[str, Any]) -> str:
+    """What Lightning's verdict on a trainer node depends on: the node, the versions of Lightning and
+    torch, the platform and the CUDA devices visible."""
+    import hashlib
+    import json
+    import platform
+    import sys
+    from importlib.metadata import version
+
+    import torch
+
+    what = {"trainer": trainer, "lightning": version("pytorch_lightning"), "torch": torch.__version__,
+            "platform": [sys.platform, platform.machine()], "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+    return hashlib.sha1(json.dumps(what, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def _accepted_trainers() -> list[str]:
+    import json
+
+    try:
+        keys = json.loads((user_cache() / ACCEPTED_TRAINERS).read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: check again
+        return []
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+
+
+def _remember_trainer(key: str) -> None:
+    import json
+    import os
+
+    path = user_cache() / ACCEPTED_TRAINERS
+    keys = [k for k in _accepted_trainers() if k != key][-(MAX_ACCEPTED - 1):] + [key]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(keys))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: the check simply runs every time
+        pass
+
+
+def _checked_trainer(trainer: Mapping[str, Any]) -> list[str]:
     import pytorch_lightning as pl
 
     passed = {"logger": None, "callbacks": None, "default_root_dir": None}  # set by each job
@@ -175,6 +234,8 @@ def _callback_problems(callbacks: Any, logger: Any) -> list[str]:
     """The ``callbacks`` node (name -> ``{_target_: ..., settings}``): each class imported, its
     settings checked against its signature and its own ``problems``, then built (cheap, nothing
     runs) and required to be a ``pytorch_lightning.Callback``."""
+    if isinstance(callbacks, Mapping) and not callbacks:
+        return []
     import pytorch_lightning as pl
 
     if not isinstance(callbacks, Mapping):

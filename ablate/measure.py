@@ -13,6 +13,10 @@ Utilisation
     :func:`utilisation`: training FLOPs per second over the device's peak (:data:`PEAK_FLOPS`),
     MFU (or HFU when the FLOPs count holds a recomputed forward).
 
+Cost
+    :func:`job_cost`: what one optimizer step of a config costs (tokens, FLOPs, parameters), the
+    model built on the meta device: a budget's unit and ``--plan``'s, without importing Lightning.
+
 Memory
     Peak training memory by category is ``ablate.memory``'s (:func:`measure_training_memory`,
     :func:`cuda_peak_memory`).
@@ -25,12 +29,15 @@ import time
 import warnings
 from dataclasses import dataclass
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from ablate.components import NonNegativeInt, PositiveFloat
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 __all__ = [
     "MeasureSettings",
@@ -214,3 +221,31 @@ def count_input_tokens(batch: Any) -> int:
                 return batch[key].numel()
     raise TypeError(f"cannot count the tokens of a batch of type {type(batch).__name__}; "
                     "pass SpeedMeter(count_tokens=...)")
+
+
+# ------------------------------------------------------------------ what a step costs
+
+def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
+    """Training FLOPs per input token of ``model`` at ``seq_len`` in batches of ``batch_size``
+    sequences (docs/measurements.md, "FLOPs")."""
+    return float(model.flops_per_token(seq_len, batch_size))
+
+
+def accumulated_batches(cfg: DictConfig) -> int:
+    """How many batches one optimizer step of ``cfg`` trains on (``trainer.accumulate_grad_batches``)."""
+    return int(cfg.trainer.get("accumulate_grad_batches") or 1)
+
+
+def job_cost(cfg: DictConfig) -> dict[str, float]:
+    """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
+    on the meta device): ``{max_steps, tokens_per_step, flops_per_token, params}``, a step being one
+    optimizer step (every accumulated batch counted). A budget's unit."""
+    from ablate.data import build_task
+    from ablate.model.transformer import assemble
+
+    task = build_task(cfg.task)
+    with torch.device("meta"):
+        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
+    return {"max_steps": int(cfg.trainer.max_steps),
+            "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
+            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size), "params": model.num_params()}

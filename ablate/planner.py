@@ -78,7 +78,7 @@ class Planner:
     ``sweeper``: ``ablate`` plans designs, budgets and tuning; any other (``basic``) refuses them,
     since that sweeper launches the plain product itself. ``arguments``: the command line's
     overrides (default: ``hydra.overrides.task``). ``cost``: a budget's unit
-    (``ablate.train.job_cost``, the model on the meta device)."""
+    (``ablate.measure.job_cost``, the model on the meta device)."""
 
     def __init__(self, config: DictConfig, compose: Compose, cost: Cost | None = None,
                  sweeper: str = "ablate", arguments: list[str] | None = None) -> None:
@@ -110,7 +110,7 @@ class Planner:
         key = job_signature(no_seed(job))
         if key not in self._costs:
             if self._cost is None:
-                from ablate.train import job_cost
+                from ablate.measure import job_cost
 
                 self._cost = job_cost
             self._costs[key] = self._cost(self.compose(job))

@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterator
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.paths import user_cache
+
 SAMPLES_PER_KEY = 8   # newest measurements kept per key
 MAX_KEYS = 500        # settings kept (the least recently measured go first)
 
@@ -124,8 +126,7 @@ def _tokens_per_s(variant: _Variant) -> dict[str, Any]:
 
 def cache_path() -> Path:
     """The per-user cache of step times measured on this machine."""
-    root = os.environ.get("ABLATE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ablate"
-    return Path(root) / "step_times.json"
+    return user_cache() / "step_times.json"
 
 
 def step_time_key(config: dict[str, Any] | DictConfig, threads: int | None, parallel: int | None,

@@ -1,8 +1,7 @@
 """Training one config: build its data, model and Lightning module; fit; evaluate; measure.
 
 :func:`build` is the one place a job's pieces are made (``ablate-bench`` and ``--plan``'s timing
-use it too); :func:`job_cost` is a budget's unit, costed on the meta device; :func:`train` fills a
-job's metrics as it goes, so a run that diverges or fails keeps what was known by then.
+use it too); :func:`train` fills a job's metrics as it goes, so a run that diverges or fails keeps what was known by then.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_model, load_pretrained, pretraining_dir,
                              run_seed, save_pretrained, stage)
 from ablate.job import Job
+from ablate.measure import accumulated_batches, flops_per_token
 from ablate.record import FinetuneEntry, Metrics, Score
 from ablate.settings import EvalSettings, read_settings
 
@@ -96,32 +96,6 @@ def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | No
         trainer["enable_checkpointing"] = True
     return pl.Trainer(**trainer, logger=logger or False, callbacks=callbacks or [],
                       default_root_dir=str(root_dir) if root_dir else None)
-
-
-def flops_per_token(model: Any, seq_len: int, batch_size: int) -> float:
-    """Training FLOPs per input token of ``model`` at ``seq_len`` in batches of ``batch_size``
-    sequences (docs/measurements.md, "FLOPs")."""
-    return float(model.flops_per_token(seq_len, batch_size))
-
-
-def accumulated_batches(cfg: DictConfig) -> int:
-    """How many batches one optimizer step of ``cfg`` trains on (``trainer.accumulate_grad_batches``)."""
-    return int(cfg.trainer.get("accumulate_grad_batches") or 1)
-
-
-def job_cost(cfg: DictConfig) -> dict[str, float]:
-    """What one training step of ``cfg`` costs, without data or weights (the task's sizes, the model
-    on the meta device): ``{max_steps, tokens_per_step, flops_per_token, params}``, a step being one
-    optimizer step (every accumulated batch counted). A budget's unit."""
-    from ablate.data import build_task
-    from ablate.model.transformer import assemble
-
-    task = build_task(cfg.task)
-    with torch.device("meta"):
-        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
-    return {"max_steps": int(cfg.trainer.max_steps),
-            "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
-            "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size), "params": model.num_params()}
 
 
 def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: Any = None,

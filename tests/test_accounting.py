@@ -13,7 +13,7 @@ from ablate.compose import tiny_overrides
 from ablate.job import Job
 from ablate.record import Record
 from ablate.run import run_job
-from ablate.train import job_cost
+from ablate.measure import job_cost
 
 TINY = tiny_overrides(*IN_PROCESS)
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
-from conftest import compose_cfg
+from conftest import cli_env, compose_cfg
 from omegaconf import OmegaConf
 
+from ablate.compose import tiny_overrides
 from ablate.config import CONFIG_GROUPS, ConfigError, config_problems, validate
 from ablate.model import ModelSettings, build_model
 from ablate.sweep import split_override_string
@@ -110,6 +114,50 @@ def test_missing_task_path_is_named() -> None:
 def test_glue_without_path_or_datasets_is_named() -> None:
     problems = config_problems(compose_cfg(["task=glue"]))
     assert any("pip install -e '.[glue]'" in p for p in problems), problems
+
+
+# ------------------------------------------------------------------ the trainer node, checked once
+
+def test_lightnings_verdict_on_a_trainer_node_is_remembered_and_a_refusal_never_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node Lightning accepted is not dry-built again (the cache says so, per node); a node it
+    refuses is refused every time, and an unreadable cache only costs the check."""
+    from ablate.config import ACCEPTED_TRAINERS, _trainer_key, _trainer_problems
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    cache = tmp_path / ACCEPTED_TRAINERS
+    good = OmegaConf.to_container(compose_cfg(["trainer=debug"]).trainer)
+    assert _trainer_problems(good) == [] and json.loads(cache.read_text()) == [_trainer_key(good)]
+    assert _trainer_problems(good) == []  # remembered: the same list, not one more entry
+    assert json.loads(cache.read_text()) == [_trainer_key(good)]
+
+    bad = {**good, "accelerator": "abacus"}
+    for _ in range(2):
+        (problem,) = _trainer_problems(bad)
+        assert "Lightning refuses these settings" in problem and "abacus" in problem
+    assert json.loads(cache.read_text()) == [_trainer_key(good)]  # never remembered
+    other = {**good, "max_steps": 7}
+    assert _trainer_key(other) != _trainer_key(good) and _trainer_problems(other) == []
+    assert len(json.loads(cache.read_text())) == 2
+
+    cache.write_text("{not json")
+    assert _trainer_problems(good) == [] and json.loads(cache.read_text()) == [_trainer_key(good)]
+
+
+@pytest.mark.slow  # a process of its own: this one has imported Lightning long ago
+def test_a_refused_config_never_imports_lightning(tmp_path: Path) -> None:
+    """Lightning's import takes seconds: ``ablate`` refusing a model key does without it once the
+    trainer node's verdict is known (here: from the run before it)."""
+    script = ("import atexit, sys; atexit.register(lambda: print('LIGHTNING', 'pytorch_lightning' in sys.modules)); "
+              "from ablate.cli import main; sys.argv = ['ablate', *sys.argv[1:]]; main()")
+    env = {**cli_env(), "ABLATE_CACHE_DIR": str(tmp_path / "cache")}
+    tiny = tiny_overrides("trainer.max_steps=2", "logger=none")
+    for flags, args, code, trains in (([], ["hydra.run.dir=run"], 0, True), ([], ["model.d_model=-1"], 2, False)):
+        out = subprocess.run([sys.executable, "-c", script, *flags, *tiny, *args], cwd=tmp_path, env=env, text=True,
+                             capture_output=True, timeout=240)
+        assert out.returncode == code, out.stderr[-2000:]
+        # the first run trains (Lightning imported); the second only checks
+        assert out.stdout.strip().endswith(f"LIGHTNING {trains}"), (args, out.stdout[-500:])
 
 
 # ------------------------------------------------------------------ the model node, one default per key

@@ -85,7 +85,7 @@ def test_a_bad_entry_is_named_once_and_left_out(form: str, good_cache: dict, tmp
     plan = p.plan()
     first = _first_key(p, plan)
     path = cache_path()
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # (validating the plan may have made it)
     path.write_text(ENTRY_FORMS[form](json.loads(json.dumps(good_cache)), first))
     bad = UNRELATED if form == "at yesterday" else first
 
@@ -115,7 +115,7 @@ def test_a_file_that_is_no_cache_is_ignored_and_kept_aside(form: str, good_cache
     p = planner(SWEEP)
     plan = p.plan()
     path = cache_path()
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # (validating the plan may have made it)
     path.write_text(FILE_FORMS[form](good_cache, ""))
     original = path.read_text()
 
@@ -136,7 +136,7 @@ def test_a_sweeps_end_keeps_its_step_times_beside_a_bad_entry(tmp_path: Path, mo
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     path = cache_path()
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # (validating the plan may have made it)
     path.write_text(json.dumps({UNRELATED: {"samples": [{"step_s": 0.1}], "at": "yesterday"}}))
     record = Record(status="ok", config={"model": {"d_model": 16}}, job=JobEntry(dir="a", started_at=1.0),
                     metrics=Metrics(step_time_s={"median": 0.02}, steps=10, wall_time_s=3.0))
