@@ -111,7 +111,7 @@ def wandb_run_info(run_dir: str | Path) -> dict:
 # other waits (longest-first scheduling); the rest keep pytest's order. Figures from
 # `pytest -n 2 --dist loadfile -m slow --durations=0`, summed per file (seconds, two workers).
 LONGEST_FILES = ["test_reliability.py", "test_hostile.py", "test_concurrency.py", "test_gpu_path.py",
-                 "test_launchers.py", "test_finetune.py", "test_slurm.py", "test_sweepers.py", "test_jobdirs.py", "test_checkpoint.py",
+                 "test_launchers.py", "test_finetune.py", "test_downstream.py", "test_slurm.py", "test_sweepers.py", "test_jobdirs.py", "test_checkpoint.py",
                  "test_sweeper.py", "test_cli.py", "test_newcomer.py", "test_install.py", "test_tokens.py",
                  "test_planner.py", "test_patterns.py", "test_configs.py", "test_ladder_table.py", "test_table_run.py",
                  "test_ddp.py", "test_wandb_dashboard.py", "test_finetune_table.py", "test_sweep_end.py"]
