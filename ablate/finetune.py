@@ -10,6 +10,7 @@ the task and the training length replaced::
     <pretraining overrides but task, task.*, optim.lr, optim.warmup_steps, trainer.max_steps>
     task=<name> task.causal=<the pretrained model's> <the stage's task overrides>
     trainer.max_steps=<finetune.steps> optim.lr=<finetune.lr> optim.warmup_steps=<a tenth of the steps>
+    (the task's finetune.per_task.<name>.steps and .lr where set)
     finetune.from_job='<the pretraining job's directory>' finetune.seed=<k>
 
 so its variant is its pretraining's (the table groups by it) and its ``seed`` is the pretraining's
@@ -64,7 +65,6 @@ def _replaced(key: str) -> bool:
 def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[list[str]]:
     """Every fine-tune job of ``pretraining`` (its jobs, as launched), per pretraining job, task and
     fine-tune seed (see the module's docstring)."""
-    warmup = max(1, round(finetune.steps / 10))  # BERT's fine-tunes warm up over a tenth of their steps
     jobs = []
     for job in pretraining:
         kept = [o for o in job if not _replaced(override_key(o))]
@@ -72,9 +72,11 @@ def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[
         pending = any(o.split("=", 1)[-1].startswith("<") for o in job)  # --plan: a rate not chosen yet
         name = AFTER_TUNING if pending else job_dir_name(job)
         for task in finetune.tasks:
+            steps = finetune.steps_of(task)
+            warmup = max(1, round(steps / 10))  # BERT's fine-tunes warm up over a tenth of their steps
             for seed in finetune.seeds:
                 jobs.append(kept + [f"task={task}", f"task.causal={causal}", *finetune.task_overrides.get(task, []),
-                                    f"trainer.max_steps={finetune.steps}", f"optim.lr={float(finetune.lr)!r}",
+                                    f"trainer.max_steps={steps}", f"optim.lr={finetune.lr_of(task)!r}",
                                     f"optim.warmup_steps={warmup}", f"finetune.from_job='{name}'",
                                     f"finetune.seed={seed}"])
     return jobs

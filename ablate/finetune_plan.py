@@ -7,7 +7,7 @@ for a tuned sweep). What a fine-tune job is and how it loads its body: ``ablate.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -28,6 +28,9 @@ def plan_finetune(settings: FinetuneSettings, compose: Compose, definition: list
     ``TextCodec``); ``(definition, None, None)`` without a fine-tune stage. Raises ValueError, one line."""
     if not settings.tasks:
         return definition, None, None
+    problems = FinetuneSettings.problems(asdict(settings))  # the stage is laid out from these
+    if problems:
+        raise ValueError("; ".join(problems))
     task_keys = [k for k in swept if k == "task" or k.startswith("task.")]
     if task_keys:
         raise ValueError(f"finetune.tasks fine-tunes every pretraining job on the same downstream tasks, so "
@@ -44,7 +47,8 @@ def plan_finetune(settings: FinetuneSettings, compose: Compose, definition: list
         codec = replace(codec, specials=True)
     stage = FineTune(tasks=[str(t) for t in settings.tasks], seeds=[int(s) for s in settings.seeds],
                      steps=int(settings.steps), lr=float(settings.lr), mode=settings.mode,
-                     causal=bool(first.model.causal))
+                     causal=bool(first.model.causal),
+                     per_task={str(task): dict(keys) for task, keys in (settings.per_task or {}).items()})
     stage.task_overrides = {task: _task_overrides(settings, compose, codec, task, stage, definition[0])
                             for task in stage.tasks}
     return definition, stage, codec

@@ -160,6 +160,7 @@ class FinetuneSettings:
     seeds: list[Seed] = field(default_factory=lambda: [0])
     mode: Literal["full", "probe"] = "full"
     settings: dict = field(default_factory=dict)  # task name -> {task key: value}
+    per_task: dict = field(default_factory=dict)  # task name -> {steps, lr}: that task's, instead of the two above
     from_job: str | None = None             # a fine-tune job's pretraining job directory (its name in the sweep)
     seed: Seed = 0                          # a fine-tune job's fine-tune seed
 
@@ -176,7 +177,35 @@ class FinetuneSettings:
                     for name in per_task if name not in tasks]
             out += [f"finetune.settings.{name} must map task keys to values, got {value!r}"
                     for name, value in per_task.items() if not isinstance(value, Mapping)]
+        own = settings.get("per_task")
+        if isinstance(own, Mapping) and isinstance(tasks, list):
+            out += cls._per_task_problems(own, tasks)
+        elif own is not None and not isinstance(own, Mapping):
+            out.append(f"finetune.per_task must map a task to its steps and lr, e.g. "
+                       f"+finetune.per_task.py_tokens.steps=100; got {own!r}")
         return out
+
+    @staticmethod
+    def _per_task_problems(own: Mapping[str, Any], tasks: list) -> list[str]:
+        out = []
+        for name, keys in own.items():
+            where = f"finetune.per_task.{name}"
+            if name not in tasks:
+                out.append(f"{where}: not one of finetune.tasks ({', '.join(map(str, tasks)) or 'none'})")
+            elif not isinstance(keys, Mapping):
+                out.append(f"{where} must map steps and lr to values, got {keys!r}")
+            else:
+                for key, value in keys.items():
+                    if key not in PER_TASK_KEYS:
+                        out.append(f"{where}.{key}: not a per-task key; valid: {', '.join(PER_TASK_KEYS)}")
+                    elif isinstance(value, bool) or not isinstance(value, PER_TASK_KEYS[key]) or value <= 0:
+                        kind = "integer" if key == "steps" else "number"
+                        out.append(f"{where}.{key}={value!r} must be a positive {kind}")
+        return out
+
+
+#: what ``finetune.per_task.<task>`` may set, with the type of its value
+PER_TASK_KEYS: dict[str, type | tuple[type, ...]] = {"steps": int, "lr": (int, float)}
 
 
 T = TypeVar("T")

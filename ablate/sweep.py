@@ -172,6 +172,14 @@ class FineTune:
     causal: bool = False            # the pretrained model's attention, unless a job sets model.causal
     # task -> the overrides its fine-tune jobs add (the pretraining's tokenizer, batch size, seq_len, settings)
     task_overrides: dict[str, list[str]] = field(default_factory=dict)
+    # task -> its own steps and lr (finetune.per_task), where they are not the two above
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def steps_of(self, task: str) -> int:
+        return int(self.per_task.get(task, {}).get("steps", self.steps))
+
+    def lr_of(self, task: str) -> float:
+        return float(self.per_task.get(task, {}).get("lr", self.lr))
 
 
 @dataclass

@@ -75,12 +75,18 @@ def test_the_experiment_table_lists_every_experiment_with_its_runs_and_steps() -
     assert set(listed) == {p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")}
     for name, row in listed.items():
         cfg = _experiment(name)
-        runs, steps = (s.strip() for s in row[2].split("×"))
+        stages = row[2].split("+")  # a fine-tune stage: "pretraining runs × steps + fine-tunes × steps"
+        runs, steps = (s.strip() for s in stages[0].split("×"))
         expected = _runs(cfg)
         if expected is not None:
             assert int(runs) == expected, name
         if cfg.budget.match in ("steps", "flops"):  # flops: the baseline trains max_steps, the rest near it
             assert int(steps) == cfg.trainer.max_steps, name
+        assert len(stages) == (2 if cfg.finetune.tasks else 1), name
+        if cfg.finetune.tasks:
+            fine_runs, fine_steps = (s.strip() for s in stages[1].split("×"))
+            assert int(fine_runs) == int(runs) * len(cfg.finetune.tasks) * len(cfg.finetune.seeds), name
+            assert int(fine_steps) == cfg.finetune.steps and not cfg.finetune.per_task, name
 
 
 def _command_lines(text: str, program: str) -> list[list[str]]:

@@ -272,6 +272,28 @@ def test_fine_tune_jobs_are_the_pretraining_jobs_with_the_task_replaced() -> Non
                        f"finetune.from_job='{job_dir_name(pretraining)}'", "finetune.seed=0"]
 
 
+@pytest.mark.parametrize("setting,refusal", [
+    ("+finetune.per_task.py_tokens.steps=9", "finetune.per_task.py_tokens: not one of finetune.tasks (classify)"),
+    ("+finetune.per_task.classify.epochs=9", "finetune.per_task.classify.epochs: not a per-task key; valid: steps, lr"),
+    ("+finetune.per_task.classify.steps=0", "finetune.per_task.classify.steps=0 must be a positive integer"),
+    ("+finetune.per_task.classify.lr=fast", "finetune.per_task.classify.lr='fast' must be a positive number"),
+])
+def test_a_bad_per_task_setting_is_named_before_anything_trains(setting: str, refusal: str) -> None:
+    with pytest.raises(SweepError) as refused:
+        plan_of(["seed=0", *TINY, "finetune.tasks=[classify]", *CLASSIFY, setting])
+    assert refusal in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert "Nothing was trained" in str(refused.value)
+
+
+def test_a_task_may_have_its_own_steps_and_learning_rate() -> None:
+    planner, plan = plan_of(["seed=0", *TINY, "finetune.tasks=[classify,py_tokens]", *CLASSIFY, "finetune.steps=40",
+                             "finetune.lr=1e-3", "+finetune.per_task.py_tokens.steps=10", "+finetune.per_task.py_tokens.lr=3e-3"])
+    stage = finetune_jobs(plan.finetune, plan.definition)
+    assert [(job_value(j, "task"), job_value(j, "trainer.max_steps"), job_value(j, "optim.lr"),
+             job_value(j, "optim.warmup_steps")) for j in stage] == [("classify", "40", "0.001", "4"),
+                                                                     ("py_tokens", "10", "0.003", "1")]
+
+
 # ---------------------------------------------------------------------------------- through the CLI
 
 SWEEP = ["-m", "seed=0", "finetune.tasks=[classify]", "finetune.steps=4", *CLASSIFY, *TINY, "eval.every=0",

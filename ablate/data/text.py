@@ -79,7 +79,7 @@ from . import tokens as tok
 from .base import IGNORE, N_VAL, Batch, Task, check_split, held_out_generator, train_generator
 from .encoders import tokenizer_vocab_size
 from .masking import bert_mask
-from .vocab import SPECIALS, TextCodec
+from .vocab import TextCodec
 
 #: the training objectives of ``task.objective``
 OBJECTIVES: tuple[str, ...] = ("clm", "mlm")
@@ -180,7 +180,7 @@ class LanguageModel(Task):
         self.metric = "masked_token_accuracy" if objective == "mlm" else "next_token_accuracy"
         #: the tokenizer's ids (the corpus vocabulary); the specials, if any, follow them
         self.base_vocab = self._vocab_size(vocab_size)
-        self.vocab_size = self.n_classes = self.base_vocab + (len(SPECIALS) if self.special_tokens else 0)
+        self.vocab_size = self.n_classes = self._ids.vocab_size
         #: UTF-8 bytes per token of the whole test text (the token file's figure, or a ``.bin``
         #: sidecar's; None until ``setup``, or when unknown). Bits per byte use
         #: :meth:`target_bytes`, the bytes of the scored targets, where it is known.
@@ -207,8 +207,13 @@ class LanguageModel(Task):
         return TextCodec(str(path), self.base_vocab, self.special_tokens)
 
     @property
+    def _ids(self) -> TextCodec:
+        """The id layout (the tokenizer's ids, then the specials): TextCodec's arithmetic, one place."""
+        return TextCodec(str(self.tokenizer), self.base_vocab, self.special_tokens)
+
+    @property
     def mask_id(self) -> int:
-        return self.base_vocab + SPECIALS.index("[MASK]")
+        return self._ids.mask_id
 
     def _vocab_size(self, setting: int | None) -> int:
         if is_token_file(self.path):

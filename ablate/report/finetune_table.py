@@ -377,8 +377,9 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
         rows=shown, tasks=tasks, task_metrics={t: _metric(fine, t) for t in tasks}, avg_label=avg_label,
         baseline=base_label, baseline_key=base.key, ranks=_ranks(shown), n_pretrain=len(pre), n_finetune=len(fine),
         finetune_seeds=sorted({r.finetune.seed for r in fine if r.finetune and r.finetune.seed is not None}),
-        finetune_steps=_distinct(fine, lambda r: config_value(r, "finetune", "steps") or r.metrics.steps),
-        finetune_lrs=_distinct(fine, lambda r: config_value(r, "finetune", "lr")),
+        # what each fine-tune ran with (its task's finetune.per_task, else the stage's steps and lr)
+        finetune_steps=_distinct(fine, lambda r: config_value(r, "trainer", "max_steps") or r.metrics.steps),
+        finetune_lrs=_distinct(fine, lambda r: config_value(r, "optim", "lr")),
         finetune_modes=_distinct(fine, lambda r: r.finetune.mode if r.finetune else None),
         test=test, n_comparisons=n_comparisons, shown_columns=None, swept=swept,
         speed_source=speed_source, speed_note=speed_note,
