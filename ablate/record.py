@@ -166,6 +166,7 @@ class FinetuneEntry:
     from_seed: int | None = None
     checkpoint: str | None = None         # the pretrained weights (ablate.finetune.PRETRAINED)
     sha256: str | None = None             # of that file
+    artifact: str | None = None           # those weights in wandb: a pretraining's logged artifact, a fine-tune's used one
 
 
 @dataclass

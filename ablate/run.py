@@ -259,6 +259,31 @@ def _tune_entry(job: Job) -> TuneEntry | None:
     return TuneEntry(rungs=tune.rungs, tuned_on=tune.transfer.get(job.variant, job.variant))
 
 
+def pretrained_artifact(run_id: str) -> str:
+    """The wandb artifact a pretraining run logs its weights as (its fine-tunes use its ``:latest``)."""
+    return f"pretrained-{run_id}"
+
+
+def _log_pretrained(record: Record, run: Any, job: Job, about: dict) -> None:
+    """A pretraining's weights as its artifact; a fine-tune names the one it started from in its run's
+    config, and uses it where wandb can (online: the lineage in the dashboard; offline wandb refuses
+    ``use_artifact``, so the config and the record's ``finetune.artifact`` name it)."""
+    from ablate.tracking import log_files
+
+    entry = record.finetune
+    if entry is None or not entry.artifact:
+        return
+    if record.stage == "pretrain":
+        weights = job.dir / PRETRAINED
+        if record.ok and weights.is_file():
+            log_files(run, entry.artifact, "pretrained-model", {PRETRAINED: weights},
+                      {**about, "sha256": entry.sha256, "steps": record.metrics.steps}, copy=False)
+        return
+    run.config.update({"finetune_artifact": entry.artifact}, allow_val_change=True)
+    if not run.offline:
+        run.use_artifact(entry.artifact)
+
+
 def _finetune_entry(cfg: DictConfig, settings: RunSettings, job: Job) -> FinetuneEntry | None:
     """The record's ``finetune`` in a sweep with a fine-tune stage: a fine-tune's task, mode, seed and
     pretraining job (training adds the weights file it loaded and their hash); a pretraining's weights
@@ -271,9 +296,11 @@ def _finetune_entry(cfg: DictConfig, settings: RunSettings, job: Job) -> Finetun
     ft = settings.finetune
     pretraining = pretraining_dir(cfg, job.sweep_dir)
     previous = read_record(pretraining)
+    logged = previous.wandb.id if previous and previous.wandb else None
     return FinetuneEntry(task=str(cfg.task.get("name")), mode=ft.mode, seed=int(ft.seed), from_job=str(pretraining),
                          from_variant=job.variant, from_seed=int(previous.seed) if previous and previous.seed is not None
-                         else int(cfg.seed), checkpoint=str(pretraining / PRETRAINED))
+                         else int(cfg.seed), checkpoint=str(pretraining / PRETRAINED),
+                         artifact=f"{pretrained_artifact(logged)}:latest" if logged else None)
 
 
 def _rank() -> int:
@@ -319,6 +346,8 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
 def _finish(record: Record, run: Any, job: Job) -> None:
     if _rank() != 0:
         return
+    if run is not None and record.stage == "pretrain" and record.finetune is not None:
+        record.finetune.artifact = pretrained_artifact(run.id)
     record.write(job.dir)
     if run is not None:
         run.summary.update({**record.metrics.flat(), "status": record.status, "error": record.error or ""})
@@ -339,6 +368,7 @@ def _log_artifacts(record: Record, run: Any, job: Job) -> None:
     checkpoint = job.dir / CHECKPOINT
     try:
         log_files(run, f"record-{run.id}", "job-record", {RESULT_FILE: job.dir / RESULT_FILE}, about)
+        _log_pretrained(record, run, job, about)
         if record.ok and (record.config.get("checkpoint") or {}).get("keep") and checkpoint.is_file():
             log_files(run, f"model-{run.id}", "model", {checkpoint.name: checkpoint},
                       {**about, "steps": record.metrics.steps, "params": record.metrics.params},

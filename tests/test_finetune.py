@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUIET, compose_cfg, records, run_cli
+from conftest import QUIET, compose_cfg, leet_inspect, records, run_cli, wandb_summary
 from omegaconf import OmegaConf
 
 from ablate.compose import tiny_overrides
@@ -334,12 +334,22 @@ def test_the_stages_run_in_order_and_a_relaunch_runs_only_what_is_missing_under_
 
 @pytest.mark.slow
 def test_the_stages_run_in_order_under_submitit_local(tmp_path: Path) -> None:
+    """... with wandb (offline): the pretraining logs its weights as an artifact, and the fine-tune's
+    record and run config name it (offline wandb refuses ``use_artifact``; online the run uses it)."""
     sweep = tmp_path / "sweep"
-    out = run_cli([*SWEEP, "finetune.mode=probe", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
-                   f"hydra.sweep.dir={sweep}"], tmp_path)
+    out = run_cli([*(o for o in SWEEP if o != "logger=none"), "logger=wandb", "finetune.mode=probe",
+                   "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep}"],
+                  tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     stages = _by_stage(sweep)
     (pre,), (tuned,) = stages["pretrain"], stages["finetune"]
     assert tuned["job"]["launcher"] == "submitit_local" and tuned["finetune"]["mode"] == "probe"
     assert tuned["job"]["started_at"] >= pre["job"]["started_at"] + pre["metrics"]["wall_time_s"]
     assert tuned["metrics"]["params"] < pre["metrics"]["params"] / 10  # the probe trains the head only
+    logged = f"pretrained-{pre['wandb']['id']}"
+    assert pre["finetune"]["artifact"] == logged and tuned["finetune"]["artifact"] == f"{logged}:latest"
+    assert wandb_summary(tuned["wandb"]["dir"])["config"]["finetune_artifact"] == f"{logged}:latest"
+    artifacts = [json.loads(line)["artifact"] for line in leet_inspect(pre["wandb"]["dir"], "--json").splitlines()
+                 if '"type":"artifact"' in line]
+    weights = [a for a in artifacts if a["name"] == logged]
+    assert len(weights) == 1 and "pretrained.pt" in json.dumps(weights[0]), [a["name"] for a in artifacts]
