@@ -174,6 +174,17 @@ def test_caption_counts_runs_and_names_the_fine_tune_settings(table):
     assert "paired t-test over pretraining seeds" in cap and "baseline: independent" in cap
 
 
+def test_caption_names_the_range_of_steps_and_each_rate_when_tasks_have_their_own(tmp_path):
+    """finetune.per_task: each fine-tune runs its own trainer.max_steps and optim.lr; the caption says
+    what ran (a range of steps, each rate), not the stage's defaults."""
+    records = sweep_records()
+    for r in records:
+        if r.stage == "finetune" and r.finetune.task == "py_tokens":
+            r.config = {**r.config, "trainer": {"max_steps": 100}, "optim": {"lr": 3e-3}}
+    cap = build_table(load_records(write(tmp_path / "sweep", records))).caption()
+    assert "fine-tune: 100–300 steps, lr 0.0002/0.003, full fine-tuning" in cap, cap
+
+
 def test_caption_says_the_rankings_agree(table):
     assert table.ranks.tau == pytest.approx(1.0)
     assert ("the pretraining-loss ranking agrees with the downstream ranking: Kendall's τ = +1.00" in table.caption())
