@@ -295,7 +295,6 @@ PRETRAINING = ["task=mlm", "task.seq_len=64", "task.batch_size=32", "logger=none
 #: per task: fine-tune steps (the experiment has 300) and the least gain of
 #: the pretrained body over a fresh one in each pair (accuracy points; measured: see the test)
 GAINS = {"py_module": (200, 0.025), "py_tokens": (100, 0.006)}
-PRETRAIN_STEPS = 1000
 FINETUNE_SEEDS = (0, 1)
 
 
@@ -326,7 +325,7 @@ def test_a_pretrained_model_beats_the_same_model_from_scratch(tmp_path: Path) ->
     torch.set_num_threads(1)
     cfg = compose_cfg(PRETRAINING)
     data, model, _ = build(cfg)
-    _steps(model, make_optimizer(model.parameters(), cfg.optim), data, PRETRAIN_STEPS, float(cfg.optim.lr))
+    _steps(model, make_optimizer(model.parameters(), cfg.optim), data, int(cfg.trainer.max_steps), float(cfg.optim.lr))
     pretrained = load_pretrained(save_pretrained(tmp_path, model, data.task.codec())[0])
     gains = {}
     for task, (steps, margin) in GAINS.items():

@@ -38,27 +38,28 @@ def write(path: Path, header: str, rows: list[str]) -> None:
     path.write_text("\n".join([header, *rows]) + "\n")
 
 
+def task_dir(path: Path, header: str, rows: list[str], **dev: slice) -> Path:
+    """A GLUE task's directory as GLUE ships it: ``train.tsv`` (all ``rows``) and each dev file
+    (``dev=slice(0, 6)`` -> ``dev.tsv`` with those rows)."""
+    path.mkdir()
+    write(path / "train.tsv", header, rows)
+    for name, part in dev.items():
+        write(path / f"{name}.tsv", header, rows[part])
+    return path
+
+
 @pytest.fixture
 def mrpc(tmp_path: Path) -> Path:
-    d = tmp_path / "mrpc"
-    d.mkdir()
     rows = [f"{i % 2}\t{i}\t{i + 100}\t{a}\t{b}" for i, (a, b) in enumerate(PAIRS * 4)]
-    write(d / "train.tsv", MRPC_HEADER, rows)
-    write(d / "dev.tsv", MRPC_HEADER, rows[:6])
-    return d
+    return task_dir(tmp_path / "mrpc", MRPC_HEADER, rows, dev=slice(0, 6))
 
 
 @pytest.fixture
 def mnli(tmp_path: Path) -> Path:
-    d = tmp_path / "mnli"
-    d.mkdir()
-    header = "index\tsentence1\tsentence2\tgold_label"
     labels = ["entailment", "neutral", "contradiction"]
     rows = [f"{i}\t{a}\t{b}\t{labels[i % 3]}" for i, (a, b) in enumerate(PAIRS * 4)]
-    write(d / "train.tsv", header, rows)
-    write(d / "dev_matched.tsv", header, rows[:4])
-    write(d / "dev_mismatched.tsv", header, rows[6:9])
-    return d
+    return task_dir(tmp_path / "mnli", "index\tsentence1\tsentence2\tgold_label", rows,
+                    dev_matched=slice(0, 4), dev_mismatched=slice(6, 9))
 
 
 def glue(cfg: dict) -> AblateDataModule:
@@ -177,12 +178,8 @@ STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsenten
 
 @pytest.fixture
 def stsb(tmp_path: Path) -> Path:
-    d = tmp_path / "stsb"
-    d.mkdir()
     rows = [f"{i}\tnews\tf\t2012\t{i}\tx\ty\t{a}\t{b}\t{i % 6 * 0.8:.3f}" for i, (a, b) in enumerate(PAIRS * 4)]
-    write(d / "train.tsv", STSB_HEADER, rows)
-    write(d / "dev.tsv", STSB_HEADER, rows[:5])
-    return d
+    return task_dir(tmp_path / "stsb", STSB_HEADER, rows, dev=slice(0, 5))
 
 
 def test_pearson_and_spearman_against_hand_computed_values() -> None:
