@@ -14,6 +14,12 @@ py_docstring (sentence-pair classification, metric accuracy)
     docstring with its own code (1) and with the code of the next function of a fixed cycle through
     its split (0), so neither text alone tells the label, only the pair does. A docstring that
     several functions share is read once (the first), so it is in one split only.
+py_continues (sentence-pair classification, metric accuracy)
+    (code before a cut, code after a cut) → 1 when the second continues the first, else 0: BERT's
+    next-sentence prediction, inside a function. Each function is cut once (a fixed point in its middle
+    half); it gives two examples, its own two sides (1) and its first side with the second side of the
+    next function of a fixed cycle through its split (0), so neither side alone tells the label. Each
+    side is the ``(length - 3) // 2`` characters next to the cut, so the cut survives truncation.
 py_tokens (token tagging, metric token accuracy)
     A function's code → the class ``tokenize`` gives each token (:data:`TOKEN_LABELS`: keyword,
     name, operator, number, string, comment). The first piece of each token is labelled; its
@@ -33,6 +39,7 @@ label at the CLS), pairs truncated longest-first; a tagged code is the single se
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -137,13 +144,18 @@ class _Classification(SourceTask):
 
     metric = "accuracy"
 
+    def segments(self, example: Any, length: int) -> Sequence[str]:
+        """The texts of ``example`` at ``length`` positions (by default the example's own)."""
+        return example
+
     def _encode(self, split: str, length: int) -> _ClassRows:
         rows = self._examples[split]
         tokens = np.full((len(rows), length), self.pad_id, dtype=np.int64)
         pos = np.zeros(len(rows), dtype=np.int64)
         labels = np.array([label for _, label in rows], dtype=np.int64)
-        for i, (segments, _) in enumerate(rows):
-            ids = codec_layout(self.codec, [self.codec.encode(s) for s in segments], length, self.causal)
+        for i, (example, _) in enumerate(rows):
+            texts = self.segments(example, length)
+            ids = codec_layout(self.codec, [self.codec.encode(s) for s in texts], length, self.causal)
             tokens[i, :len(ids)] = ids
             pos[i] = len(ids) - 1 if self.causal else 0
         return _ClassRows(torch.from_numpy(tokens), torch.from_numpy(pos), torch.from_numpy(labels))
@@ -209,6 +221,33 @@ class PyDocstring(_Classification):
     @classmethod
     def problems(cls, cfg: dict, context: Any = None) -> list[str]:
         return super().problems(cfg, context) + cls._label_problems(cfg.get("label", "package"))
+
+
+class PyContinues(_Classification):
+    """Whether the code after a cut continues the code before it (BERT's next-sentence prediction)."""
+
+    name = "py_continues"
+    n_classes = 2
+    per_function = 2
+
+    def _cut(self, f: Function) -> int:
+        """Where ``f``'s code is cut: a fixed point of its middle half."""
+        quarter = len(f.code) // 4
+        return quarter + zlib.crc32(f"{self.name}/{f.code}".encode("utf-8")) % (len(f.code) - 2 * quarter + 1)
+
+    def examples(self, split: str, functions: list[Function]) -> list:
+        cycle = self._permuted(functions, f"pairs/{split}")
+        halves = [(f.code[:cut], f.code[cut:]) for f in cycle for cut in [self._cut(f)]]
+        out = []
+        for i, (before, after) in enumerate(halves):
+            other = halves[(i + 1) % len(halves)][1]
+            out += [((before, after), 1), ((before, other), 0)]
+        return out
+
+    def segments(self, example: tuple[str, str], length: int) -> tuple[str, str]:
+        before, after = example
+        width = max(1, (length - 3) // 2)
+        return before[-width:], after[:width]
 
 
 class PyTokens(SourceTask):
