@@ -60,14 +60,20 @@ FIXTURES = REPO / "tests" / "fixtures"
 SECTIONS = ("options", "memory", "flex", "compile", "ddp", "throughput")
 #: the groups whose every option runs: not the trainer (the plan's), experiments (sweeps) nor callbacks (logging)
 GROUPS = tuple(g for g in CONFIG_GROUPS if g not in ("trainer", "experiment", "callbacks"))
-#: what some options need to run: the other half of DeepNet, local data for the file-based tasks
+#: what some options need to run: the other half of DeepNet, local data for task=glue (the file-based
+#: tasks, classify, tagging and each glue_<name>, read the fixture directory of their name: ``needs``)
 NEEDS = {
     ("norm", "deepnorm"): ["init=deepnet"],
     ("init", "deepnet"): ["norm=deepnorm"],
-    ("task", "classify"): [f"task.path={FIXTURES / 'classify'}"],
-    ("task", "tagging"): [f"task.path={FIXTURES / 'tagging'}"],
     ("task", "glue"): [f"task.path={FIXTURES / 'glue_sst2'}", "task.name=sst2"],
 }
+
+
+def needs(group: str, name: str) -> list[str]:
+    """The overrides option ``group=name`` needs to run here."""
+    if group == "task" and (FIXTURES / name).is_dir():
+        return [f"task.path={FIXTURES / name}"]
+    return NEEDS.get((group, name), [])
 BIAS_POSITIONS = ("alibi", "t5_bias", "kerple")
 
 
@@ -255,7 +261,7 @@ def check_options(c: Checker) -> None:
     cases = [(group, name) for group in GROUPS for name in options(group)]
     cases += [("norm.placement", p) for p in ("pre", "post", "sandwich")]
     for i, (group, name) in enumerate(cases):
-        overrides = base + [f"{group}={name}", *NEEDS.get((group, name), [])]
+        overrides = base + [f"{group}={name}", *needs(group, name)]
         if plan.dry:
             overrides += few_held_out(name if group == "task" else default_option("task"))
 

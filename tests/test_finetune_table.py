@@ -57,12 +57,13 @@ def pretraining(num: int, v: str, seed: int, loss: float, exp: dict) -> Record:
 
 def finetune(num: int, pre: Record, v: str, task: str, ft_seed: int, acc: float, glue: bool = False) -> Record:
     seed = pre.config["seed"]
-    option = "glue" if glue else task
+    option = f"glue_{task}" if glue else task  # each GLUE task's own option (conf/task/glue_<name>.yaml)
     return Record(
         status="ok", overrides=[*pre.overrides[:-1], f"task={option}", f"finetune.from_job='{pre.job.num}'",
                                 f"finetune.seed={ft_seed}"],
         choices={"task": option}, experiment=pre.experiment,
-        config={"seed": seed, "task": {"name": task}, "finetune": {"steps": 300, "lr": 2e-4, "mode": "full"},
+        config={"seed": seed, "task": {"name": task, **({"_target_": "ablate.data.glue.GlueTask"} if glue else {})},
+                "finetune": {"steps": 300, "lr": 2e-4, "mode": "full"},
                 "trainer": {"max_steps": 300}, "optim": {"lr": 2e-4}},  # a fine-tune job runs the stage's steps and lr
         metrics=Metrics(metric="matthews" if task == "cola" else "accuracy", accuracy=acc, loss=0.5, steps=300),
         stage="finetune", finetune=FinetuneEntry(task=task, mode="full", seed=ft_seed, from_job=pre.job.dir,

@@ -273,21 +273,40 @@ def test_a_tokenizer_file_encodes_through_its_codec(mrpc: Path, bpe: str, tmp_pa
     assert torch.equal(classify.eval_batches(32)[0][0], dm.eval_batches(32)[0][0])
 
 
-def test_the_fine_tune_stage_gives_glue_the_pretraining_tokenizer(mrpc: Path) -> None:
-    arguments = ["seed=0", *tiny_overrides(*QUIET, "task=mlm", "task.seq_len=32", "task.tokenizer=bpe",
-                                           "task.vocab_size=300"),
-                 "finetune.tasks=[glue]", "+finetune.settings.glue.name=mrpc", f"+finetune.settings.glue.path={mrpc}",
-                 "finetune.seq_len=32"]
-
+def _finetune_jobs(arguments: list[str]) -> list:
+    """The fine-tune stage's jobs of the sweep ``arguments`` describe, as the planner lays them out."""
     def compose(job: list[str]):
         cfg = compose_cfg(job)
         return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
-    plan = Planner(compose_cfg(arguments, hydra_config=True), compose, arguments=arguments).plan()
-    (job,) = finetune_stage(plan)
+    return finetune_stage(Planner(compose_cfg(arguments, hydra_config=True), compose, arguments=arguments).plan())
+
+
+PRETRAINING = ["seed=0", *tiny_overrides(*QUIET, "task=mlm", "task.seq_len=32", "task.tokenizer=bpe", "task.vocab_size=300")]
+
+
+def test_the_fine_tune_stage_gives_glue_the_pretraining_tokenizer(mrpc: Path) -> None:
+    (job,) = _finetune_jobs([*PRETRAINING, "finetune.tasks=[glue]", "+finetune.settings.glue.name=mrpc",
+                             f"+finetune.settings.glue.path={mrpc}", "finetune.seq_len=32"])
     tokenizer = job_value(job, "task.tokenizer").strip("'\"")
     assert tokenizer.endswith(".json") and job_value(job, "task.name") == "mrpc"
     assert glue({"name": "mrpc", "path": str(mrpc), "seq_len": 32, "tokenizer": tokenizer}).vocab_size == 300 + 4
+
+
+def test_one_fine_tune_stage_runs_several_glue_tasks(mrpc: Path, stsb: Path, mnli: Path) -> None:
+    """Each GLUE task is an option of its own (conf/task/glue_<name>.yaml: task=glue, its name set), so
+    finetune.tasks lists several, each with its own data, steps and rate."""
+    jobs = _finetune_jobs([*PRETRAINING, "finetune.tasks=[glue_mrpc,glue_stsb,glue_mnli]", "finetune.seq_len=32",
+                           f"+finetune.settings.glue_mrpc.path={mrpc}", f"+finetune.settings.glue_stsb.path={stsb}",
+                           f"+finetune.settings.glue_mnli.path={mnli}", "+finetune.per_task.glue_stsb.steps=7"])
+    by_task = {job_value(job, "task"): job for job in jobs}
+    assert list(by_task) == ["glue_mrpc", "glue_stsb", "glue_mnli"]
+    paths = {"glue_mrpc": mrpc, "glue_stsb": stsb, "glue_mnli": mnli}
+    for option, job in by_task.items():
+        cfg = compose_cfg(job)
+        assert cfg.task.name == option.removeprefix("glue_") and cfg.task.path == str(paths[option])
+        assert cfg.task.tokenizer.endswith(".json") and cfg.trainer.max_steps == (7 if option == "glue_stsb" else 200)
+    assert compose_cfg(by_task["glue_stsb"]).task._target_ == "ablate.data.glue.GlueTask"
 
 
 # ---------------------------------------------------------------------------------------------

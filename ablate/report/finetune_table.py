@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 FINETUNE = "finetune"
 AVG = "avg"                 # the average's cell and column name (its label: ``FinetuneTable.avg_label``)
 GLUE_SCORE = "GLUE dev score"
+GLUE_TARGET = "ablate.data.glue.GlueTask"
 #: the pretraining columns ``columns`` may name, beside each task, ``<task>_delta``, avg, avg_delta, runs
 PRETRAINING_COLUMNS = ("params", "flops", "speed", "memory", "early_loss", "final_loss")
 
@@ -371,7 +372,7 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
     if wanted:
         shown = resolve_rows(wanted, shown, strict=rows is not None) or shown
     n_comparisons = correct(shown, AVG)
-    avg_label = GLUE_SCORE if fine and all(r.choices.get("task") == "glue" for r in fine) else AVG
+    avg_label = GLUE_SCORE if fine and all(_is_glue(r) for r in fine) else AVG
 
     table = FinetuneTable(
         rows=shown, tasks=tasks, task_metrics={t: _metric(fine, t) for t in tasks}, avg_label=avg_label,
@@ -426,6 +427,11 @@ def _pretraining_keys(sweep: LoadedSweep, pre: list[Record]) -> set[str]:
 def _task(record: Record) -> str:
     name = record.finetune.task if record.finetune is not None else None
     return str(name or config_value(record, "task", "name") or record.choices.get("task") or "?")
+
+
+def _is_glue(record: Record) -> bool:
+    """Whether ``record`` ran a GLUE task (``task=glue`` or one of its ``glue_<name>`` options)."""
+    return config_value(record, "task", "_target_") == GLUE_TARGET
 
 
 def _metric(fine: list[Record], task: str) -> str:
