@@ -272,11 +272,11 @@ def downstream_problems(pretraining: Any, codec: Any, finetune: Any) -> tuple[li
     if own is None:
         return [f"task={name} has a vocabulary of its own ({task.vocab_size} ids), not the pretraining's "
                 f"{codec.describe()}: a fine-tune needs a task that encodes its text with the pretraining "
-                "tokenizer (e.g. classify, glue, py_module, py_docstring, py_tokens)"], []
+                "tokenizer (e.g. classify, glue, py_module, py_continues, py_tokens)"], []
     if own.fingerprint != codec.fingerprint:
         fix = ("leave task.tokenizer to the fine-tune stage (it sets the pretraining's)" if "tokenizer" in finetune.task
                else f"task={name} has no task.tokenizer to set: pretrain with task.tokenizer={own.tokenizer}, or "
-                    "fine-tune on a task that takes the pretraining's tokenizer (py_module, py_docstring, py_tokens)")
+                    "fine-tune on a task that takes the pretraining's tokenizer (py_module, py_continues, py_tokens)")
         return [f"task={name} encodes its text with {own.describe()}, but the pretraining vocabulary is "
                 f"{codec.describe()}; {fix}"], []
     pos = pretraining.pos_enc.get("name")

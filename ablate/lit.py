@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -108,6 +108,17 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return loss
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable[tuple[Tensor, Tensor]],
+                steps: int, lr: float, clip: float | None = 1.0) -> None:
+    """``steps`` of :func:`train_step` on ``batches`` with the run's schedule (warm-up over a tenth of
+    the steps, cosine decay to a tenth of ``lr``), outside Lightning: for calibrations that train many
+    small models in one process (``scripts/pretraining_gain.py``)."""
+    for step, batch in zip(range(steps), batches):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * warmup_cosine(step, max(1, steps // 10), steps, 0.1)
+        train_step(model, optimizer, batch, clip)
 
 
 class AblateModule(pl.LightningModule):

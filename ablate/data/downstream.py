@@ -1,4 +1,4 @@
-"""The offline downstream suite: three GLUE-style tasks for fine-tuning a model pretrained on the
+"""The offline downstream suite: four GLUE-style tasks for fine-tuning a model pretrained on the
 built-in corpus (``task=lm`` or ``task=mlm`` with ``task.path`` null), built at run time from the
 source of standard-library modules the corpus leaves out (:mod:`ablate.data.pysource`), so nothing
 is downloaded and no example was read in pretraining.
