@@ -244,9 +244,24 @@ def test_every_format_renders(table, tmp_path):
     assert float(rows[1]["speed_ratio"]) == pytest.approx(1.1) and rows[1]["pretrain_n"] == "3"
 
     written = save_outputs(table, tmp_path / "out")
-    assert {"markdown", "latex", "csv"} <= set(written)
+    assert {"markdown", "latex", "csv", "png"} <= set(written) and written["png"].name == "table.png"
     page = write_report(table, None, tmp_path / "sweep").read_text()
     assert "avg Δ" in page and "Kendall" in page and "py_module" in page
+
+
+def test_the_figure_draws_the_pretraining_loss_each_tasks_delta_and_the_ratios(table):
+    from ablate.report.finetune_plot import finetune_figure
+
+    fig = finetune_figure(table)
+    loss, delta, ratio = fig.axes
+    assert [t.get_text() for t in loss.get_yticklabels()] == ["independent", "Q=K", "Q=K=V"]
+    assert [float(line.get_xdata()[0]) for line in loss.lines] == pytest.approx([r.final_loss for r in table.rows])
+    drawn = {c.get_label(): c for c in delta.containers}  # one errorbar per task and the average
+    assert list(drawn) == [*TASKS, "avg"]
+    for name, bars in drawn.items():
+        xs = bars.lines[0].get_xdata()
+        assert list(xs[1:]) == pytest.approx([r.cells[name].delta * 100 for r in table.rows[1:]])
+    assert [float(x) for x in ratio.lines[0].get_xdata()] == pytest.approx([r.speed_ratio for r in table.rows])
 
 
 def test_wandb_config_and_summary_name_the_layout(table):

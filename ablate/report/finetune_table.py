@@ -163,7 +163,9 @@ class FinetuneTable(CaptionText):
                          ("finetune_status", lambda t, r: _finetune_status(r))]
 
     def figures(self) -> list[Figure]:
-        return []  # the numbers are the table's; no figure of its own yet
+        from ablate.report.finetune_plot import finetune_figures  # matplotlib's figure: imported when drawn
+
+        return finetune_figures(self)
 
     def image_key(self, name: str) -> str:
         return name
