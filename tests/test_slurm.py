@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, cli_env, records, run_cli
+from conftest import BIN, QUIET, REPO, cli_env, records, run_cli
+
+from ablate.compose import tiny_overrides
 
 pytestmark = pytest.mark.slow  # a local SLURM cluster and sweeps through the `ablate` CLI
 
@@ -130,3 +132,27 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path: Path, tiny: list[s
     states = subprocess.run(["sacct", "-n", "-P", "-D", "-X", "-j", job_id.split("_")[0], "-o", "State"],
                             env=slurm_env, capture_output=True, text=True, check=True).stdout.split()
     assert "REQUEUED" in states and states[-1] == "COMPLETED", states
+
+
+def test_the_fine_tune_stage_runs_as_slurm_jobs_after_its_pretraining(tmp_path: Path, slurm_env: dict[str, str]) -> None:
+    """Pretrain (masked LM, 2 seeds), then fine-tune each checkpoint, every job a SLURM array task:
+    the fine-tunes start once the pretraining has ended and name the job they started from."""
+    sweep = tmp_path / "sweep"
+    classify = REPO / "tests" / "fixtures" / "classify"
+    out = run_cli(["-m", "seed=0,1", *tiny_overrides(*QUIET, "task=mlm", "task.seq_len=32"), "eval.every=0",
+                   "measure.memory=false", "finetune.tasks=[classify]", "finetune.steps=4", "finetune.seq_len=32",
+                   f"+finetune.settings.classify.path={classify}", "hydra/launcher=submitit_slurm",
+                   "hydra.launcher.partition=local", "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5",
+                   f"hydra.sweep.dir={sweep}"], tmp_path, env=slurm_env, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    recs = records(sweep)
+    assert {r["status"] for r in recs} == {"ok"}, [r["error"] for r in recs]
+    pre = {r["job"]["dir"]: r for r in recs if r["stage"] == "pretrain"}
+    fine = [r for r in recs if r["stage"] == "finetune"]
+    assert len(pre) == 2 and len(fine) == 2
+    for r in fine:
+        assert r["job"]["launcher"] == "submitit_slurm" and r["job"]["slurm"]["job_id"]
+        started_from = pre[r["finetune"]["from_job"]]
+        assert r["finetune"]["checkpoint"] == started_from["finetune"]["checkpoint"]
+        assert r["job"]["started_at"] >= max(p["job"]["started_at"] + p["metrics"]["wall_time_s"] for p in pre.values())
+    assert "classify" in (sweep / "table.md").read_text()
