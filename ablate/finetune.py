@@ -63,8 +63,8 @@ def _replaced(key: str) -> bool:
 
 
 def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[list[str]]:
-    """Every fine-tune job of ``pretraining`` (its jobs, as launched), per pretraining job, task and
-    fine-tune seed (see the module's docstring)."""
+    """Every fine-tune job of ``pretraining`` (its jobs, as launched), per pretraining job, task, rate
+    (``finetune.tune_lr``'s grid, else the task's one rate) and fine-tune seed (see the module's docstring)."""
     jobs = []
     for job in pretraining:
         kept = [o for o in job if not _replaced(override_key(o))]
@@ -74,11 +74,12 @@ def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[
         for task in finetune.tasks:
             steps = finetune.steps_of(task)
             warmup = max(1, round(steps / 10))  # BERT's fine-tunes warm up over a tenth of their steps
-            for seed in finetune.seeds:
-                jobs.append(kept + [f"task={task}", f"task.causal={causal}", *finetune.task_overrides.get(task, []),
-                                    f"trainer.max_steps={steps}", f"optim.lr={finetune.lr_of(task)!r}",
-                                    f"optim.warmup_steps={warmup}", f"finetune.from_job='{name}'",
-                                    f"finetune.seed={seed}"])
+            for lr in finetune.lrs_of(task):
+                for seed in finetune.seeds:
+                    jobs.append(kept + [f"task={task}", f"task.causal={causal}", *finetune.task_overrides.get(task, []),
+                                        f"trainer.max_steps={steps}", f"optim.lr={lr!r}",
+                                        f"optim.warmup_steps={warmup}", f"finetune.from_job='{name}'",
+                                        f"finetune.seed={seed}"])
     return jobs
 
 

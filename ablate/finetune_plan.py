@@ -46,7 +46,8 @@ def plan_finetune(settings: FinetuneSettings, compose: Compose, definition: list
         definition = [job + ["task.special_tokens=true"] for job in definition]
         codec = replace(codec, specials=True)
     stage = FineTune(tasks=[str(t) for t in settings.tasks], seeds=[int(s) for s in settings.seeds],
-                     steps=int(settings.steps), lr=float(settings.lr), mode=settings.mode,
+                     steps=int(settings.steps), lr=float(settings.lr), lrs=[float(lr) for lr in settings.tune_lr],
+                     mode=settings.mode,
                      causal=bool(first.model.causal),
                      per_task={str(task): dict(keys) for task, keys in (settings.per_task or {}).items()})
     stage.task_overrides = {task: _task_overrides(settings, compose, codec, task, stage, definition[0])

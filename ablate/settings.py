@@ -155,6 +155,7 @@ class FinetuneSettings:
     tasks: list[str] = field(default_factory=list)
     steps: PositiveInt = 200
     lr: PositiveFloat = 1.0e-3
+    tune_lr: list[PositiveFloat] = field(default_factory=list)  # a grid: each task at each, the best on validation kept
     batch_size: PositiveInt | None = None   # null: the downstream task's own
     seq_len: PositiveInt | None = None      # null: the downstream task's own
     seeds: list[Seed] = field(default_factory=lambda: [0])

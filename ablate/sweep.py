@@ -168,6 +168,7 @@ class FineTune:
     seeds: list[int] = field(default_factory=lambda: [0])  # fine-tune seeds per pretrained checkpoint
     steps: int = 200                # each fine-tune's trainer.max_steps
     lr: float = 1e-3                # each fine-tune's optim.lr
+    lrs: list[float] = field(default_factory=list)  # finetune.tune_lr: every task at each rate (empty: lr)
     mode: str = "full"              # full | probe (a linear probe on the frozen body)
     causal: bool = False            # the pretrained model's attention, unless a job sets model.causal
     # task -> the overrides its fine-tune jobs add (the pretraining's tokenizer, batch size, seq_len, settings)
@@ -180,6 +181,12 @@ class FineTune:
 
     def lr_of(self, task: str) -> float:
         return float(self.per_task.get(task, {}).get("lr", self.lr))
+
+    def lrs_of(self, task: str) -> list[float]:
+        """The rates ``task`` is fine-tuned at: its own ``per_task`` lr, else the grid, else ``lr``."""
+        if "lr" in self.per_task.get(task, {}) or not self.lrs:
+            return [self.lr_of(task)]
+        return [float(lr) for lr in self.lrs]
 
 
 @dataclass

@@ -14,7 +14,7 @@ from conftest import QUIET, compose_cfg, leet_inspect, records, run_cli, wandb_s
 from omegaconf import OmegaConf
 
 from ablate.compose import tiny_overrides
-from ablate.config import ConfigError
+from ablate.config import ConfigError, config_problems
 from ablate.finetune import (PRETRAINED, PretrainedError, finetune_jobs, from_job, load_body, load_pretrained,
                              save_pretrained)
 from ablate.jobdir import job_dir_name
@@ -292,6 +292,24 @@ def test_a_task_may_have_its_own_steps_and_learning_rate() -> None:
     assert [(job_value(j, "task"), job_value(j, "trainer.max_steps"), job_value(j, "optim.lr"),
              job_value(j, "optim.warmup_steps")) for j in stage] == [("classify", "40", "0.001", "4"),
                                                                      ("py_tokens", "10", "0.003", "1")]
+
+
+def test_a_rate_grid_fine_tunes_each_task_at_each_rate_unless_the_task_has_its_own() -> None:
+    planner, plan = plan_of(["seed=0,1", *TINY, "finetune.tasks=[classify,py_tokens]", *CLASSIFY,
+                             "finetune.tune_lr=[3e-4,1e-3,3e-3]", "+finetune.per_task.py_tokens.lr=2e-3"])
+    assert plan.finetune.lrs == [3e-4, 1e-3, 3e-3]
+    stage = finetune_jobs(plan.finetune, plan.definition)
+    rates = [(job_value(j, "seed"), job_value(j, "task"), job_value(j, "optim.lr")) for j in stage]
+    assert rates == [(seed, task, lr) for seed in ("0", "1")  # per pretraining job, each task at its rates
+                     for task, lrs in (("classify", ("0.0003", "0.001", "0.003")), ("py_tokens", ("0.002",)))
+                     for lr in lrs]
+    assert len({job_dir_name(j) for j in stage}) == len(stage)  # each rate's job a directory of its own
+
+
+@pytest.mark.parametrize("bad", ["[0,1e-3]", "[fast]"])
+def test_a_bad_rate_grid_is_named(bad: str) -> None:
+    problems = config_problems(compose_cfg([*TINY, "finetune.tasks=[classify]", *CLASSIFY, f"finetune.tune_lr={bad}"]))
+    assert any("finetune.tune_lr" in p for p in problems), problems
 
 
 # ---------------------------------------------------------------------------------- through the CLI

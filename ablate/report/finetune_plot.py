@@ -38,8 +38,6 @@ def finetune_plot(table: FinetuneTable, path: str | Path) -> Path | None:
 def finetune_figure(table: FinetuneTable):
     from matplotlib.figure import Figure as MplFigure
 
-    from ablate.report.finetune_table import AVG
-
     labels = [r.label for r in table.rows]
     ys = list(range(len(labels)))
     colors = ["black" if r.is_baseline else "tab:blue" for r in table.rows]
@@ -53,7 +51,7 @@ def finetune_figure(table: FinetuneTable):
     ax_loss.set_xlabel("final pretraining loss (lower is better)")
     ax_loss.set_title("pretraining", fontsize="medium")
 
-    names = [*table.tasks, AVG]
+    names = [*table.tasks, table.avg_key]
     step = 0.6 / max(1, len(names) - 1)
     ax_delta.axvline(0.0, color="gray", linewidth=0.8)
     for k, name in enumerate(names):
@@ -64,7 +62,7 @@ def finetune_figure(table: FinetuneTable):
                for d, c in zip(deltas, cells)]
         high = [c.delta_ci_high * 100 - d if c is not None and c.delta_ci_high is not None else 0.0
                 for d, c in zip(deltas, cells)]
-        average = name == AVG
+        average = name == table.avg_key
         ax_delta.errorbar(deltas, [y + offset for y in ys], xerr=[low, high], fmt="D" if average else "o",
                           markersize=8 if average else 4, capsize=3, linewidth=2 if average else 1,
                           color="black" if average else f"C{k % 10}",

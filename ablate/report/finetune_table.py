@@ -26,7 +26,7 @@ import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from ablate.record import Record
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, _span, bench_speed_note
@@ -38,7 +38,7 @@ from ablate.report.records import bench_speeds
 from ablate.report.rows import Row, accuracy_by_seed, resolve_rows, split_rows, variant_row
 from ablate.report.scaling import RankAgreement, rank_agreement
 from ablate.report.stats import SIGNIFICANCE_TESTS, TEST_NAMES, mean, std
-from ablate.report.tuned import final_runs
+from ablate.report.tuned import best_finetune_lr, final_runs
 from ablate.report.table_columns import (DASH, DETAIL, HEADLINE, PAPER, VARIANT_COLUMN, VARIANT_FIELD, Column, Field,
                                          _delta, _loss, _pct, _sci, _si, _x)
 from ablate.sweep import Tuning, group_by_variant, variant_key, variant_overrides, variants, varying_keys
@@ -76,6 +76,8 @@ class FinetuneTable(CaptionText):
     finetune_seeds: list[int] = field(default_factory=list)
     finetune_steps: list[int] = field(default_factory=list)
     finetune_lrs: list[float] = field(default_factory=list)
+    finetune_lr_grid: list[float] = field(default_factory=list)  # finetune.tune_lr's rates (empty: not tuned)
+    n_finetune_tried: int = 0              # fine-tune records, every rate of the grid included
     finetune_modes: list[str] = field(default_factory=list)
     test: str = "paired"
     n_comparisons: int = 0
@@ -95,6 +97,7 @@ class FinetuneTable(CaptionText):
     n_records: int = 0
     sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)
     layout: str = FINETUNE
+    avg_key: ClassVar[str] = AVG           # the average's cell and column name
 
     @property
     def pivoted(self) -> bool:
@@ -173,7 +176,8 @@ class FinetuneTable(CaptionText):
     def wandb_config(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "avg_label": self.avg_label, "test": self.test,
                 "significance_test": SIGNIFICANCE_TESTS[self.test], "finetune_steps": self.finetune_steps,
-                "finetune_lr": self.finetune_lrs, "finetune_mode": self.finetune_modes,
+                "finetune_lr": self.finetune_lrs, "finetune_lr_grid": self.finetune_lr_grid,
+                "finetune_mode": self.finetune_modes,
                 "finetune_seeds": self.finetune_seeds}
 
     def wandb_summary(self) -> dict[str, Any]:
@@ -222,12 +226,20 @@ class FinetuneTable(CaptionText):
                 f"between the {n} variants' final pretraining loss (lower is better) and their "
                 f"{self.avg_label} (higher is better); {alike:g} of {pairs} variant pairs ordered alike")
 
+    def _lr_text(self) -> str:
+        rates = "/".join(f"{lr:g}" for lr in self.finetune_lrs)
+        if not self.finetune_lr_grid:
+            return f"lr {rates}" if rates else ""
+        grid = "/".join(f"{lr:g}" for lr in self.finetune_lr_grid)
+        return (f"lr tuned per variant and task on the task's validation split over {grid} (chosen: {rates}; "
+                f"the table shows the {self.n_finetune} fine-tunes at the chosen rates of {self.n_finetune_tried})")
+
     def caption(self) -> str:
         seeds = self._seed_counts()
         modes = {"full": "full fine-tuning", "probe": "linear probe (body frozen)"}
         how = ", ".join(filter(None, [
             f"{_span(self.finetune_steps)} steps" if self.finetune_steps else "",
-            "lr " + "/".join(f"{lr:g}" for lr in self.finetune_lrs) if self.finetune_lrs else "",
+            self._lr_text(),
             " / ".join(modes.get(m, m) for m in self.finetune_modes)]))
         per = f"{len(self.finetune_seeds)} fine-tune seed{'s' if len(self.finetune_seeds) != 1 else ''}"
         parts = [f"{_runs_of(self.n_pretrain, 'pretraining')} and {_runs_of(self.n_finetune, 'fine-tune')} ({_tasks(self.tasks)} "
@@ -349,6 +361,8 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
     if not pre:
         raise ValueError(f"{len(fine)} fine-tune record(s) and no pretraining record: nothing to table")
     swept = _pretraining_keys(sweep, pre)
+    tried = fine
+    fine, chosen_lrs = best_finetune_lr(fine, swept, _task)  # finetune.tune_lr: each task's best rate on validation
     exp = experiment_of(records)
     pre, _ = final_runs(pre, swept, tune)
     by_key = group_by_variant(pre, swept)
@@ -383,6 +397,8 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
         # what each fine-tune ran with (its task's finetune.per_task, else the stage's steps and lr)
         finetune_steps=_distinct(fine, lambda r: config_value(r, "trainer", "max_steps") or r.metrics.steps),
         finetune_lrs=_distinct(fine, lambda r: config_value(r, "optim", "lr")),
+        finetune_lr_grid=_distinct(tried, lambda r: config_value(r, "optim", "lr")) if chosen_lrs else [],
+        n_finetune_tried=len(tried),
         finetune_modes=_distinct(fine, lambda r: r.finetune.mode if r.finetune else None),
         test=test, n_comparisons=n_comparisons, shown_columns=None, swept=swept,
         speed_source=speed_source, speed_note=speed_note,

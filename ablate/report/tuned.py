@@ -110,3 +110,30 @@ def _is_number(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def best_finetune_lr(fine: list[Record], swept: set[str], task_of) -> tuple[list[Record], dict[tuple[str, str], float]]:
+    """A fine-tune stage with ``finetune.tune_lr`` fine-tunes each task at every rate of a grid: per
+    variant and task, the fine-tunes at the rate whose validation score (``metrics.val``'s headline
+    metric, higher is better, the mean over the variant's fine-tunes there) is best; the smaller rate
+    on a tie. Returns those records (a task fine-tuned at one rate keeps its records) and the chosen
+    rate per ``(variant key, task)`` where there was a choice."""
+    groups: dict[tuple[str, str], dict[float, list[Record]]] = {}
+    for r in fine:
+        key = (job_variant(r.overrides, swept), task_of(r))
+        groups.setdefault(key, {}).setdefault(lr_of(r), []).append(r)
+    kept: list[Record] = []
+    chosen: dict[tuple[str, str], float] = {}
+    for key, by_lr in groups.items():
+        if len(by_lr) == 1:
+            kept += next(iter(by_lr.values()))
+            continue
+
+        def score(lr: float) -> float:
+            found = finite(r.metrics.val.accuracy for r in by_lr[lr] if r.status == "ok" and r.metrics.val)
+            return sum(found) / len(found) if found else -math.inf
+
+        best = max(sorted(by_lr, key=lambda lr: (lr is None, lr or 0.0)), key=score)
+        chosen[key] = best
+        kept += by_lr[best]
+    return kept, chosen
