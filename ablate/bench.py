@@ -20,8 +20,8 @@ ratio cannot be trusted to that precision).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +29,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.planner import Planner, SweepError, variant_configs
 from ablate.record import Record
+from ablate.report.stats import ROUNDS_DISAGREE, RoundRatios, round_ratios
 from ablate.results import write_json_atomic
 from ablate.sweep import group_by_variant, override_key
 from ablate.timing import interleaved
 
 
-#: the per-round ratios' interquartile range, relative to their median, above which the rounds
-#: disagree. On this 2-core machine, quiet, two near-identical tiny variants gave 3% (printed by
-#: tests/test_bench_spread.py); a speed-up smaller than the IQR is not shown by the rounds, and 10%
-#: is about the smallest difference a table's speed column is read for.
-DISAGREE = 0.10
+#: (kept here for its readers) the rounds' disagreement threshold: ``ablate.report.stats.ROUNDS_DISAGREE``
+DISAGREE = ROUNDS_DISAGREE
 
 
 def round_spread(result: dict[str, Any], baseline: str | None = None) -> dict[str, dict[str, float]]:
     """Per variant: the quartiles and min-max of its tokens/s over the baseline's, round by round
-    (``interleaved``'s ``round_tokens_per_s``; the baseline: ``baseline`` or the first variant)."""
+    (``interleaved``'s ``round_tokens_per_s``; the baseline: ``baseline`` or the first variant):
+    ``ablate.report.stats.round_ratios``, the statistic the table's speed column shows."""
     variants = result["variants"]
     base = variants.get(baseline or "", next(iter(variants.values())))
     out = {}
     for key, entry in variants.items():
-        ratios = [v / b for v, b in zip(entry.get("round_tokens_per_s") or [], base.get("round_tokens_per_s") or [])]
-        if not ratios:
-            continue
-        q25, median, q75 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
-        out[key] = {"min": min(ratios), "q25": q25, "median": median, "q75": q75, "max": max(ratios),
-                    "rounds": len(ratios)}
+        spread = round_ratios(entry.get("round_tokens_per_s") or [], base.get("round_tokens_per_s") or [])
+        if spread is not None:
+            out[key] = asdict(spread)
     return out
 
 
@@ -62,7 +58,7 @@ def spread_lines(result: dict[str, Any], baseline: str | None = None) -> list[st
     spread = round_spread(result, baseline)
     lines = [f"{key:40s} ratio per round: median {s['median']:.3f}x, IQR {s['q25']:.3f}-{s['q75']:.3f}, "
              f"min-max {s['min']:.3f}-{s['max']:.3f} ({s['rounds']} rounds)" for key, s in spread.items()]
-    loose = [key for key, s in spread.items() if (s["q75"] - s["q25"]) > DISAGREE * s["median"]]
+    loose = [key for key, s in spread.items() if RoundRatios(**s).disagree]
     if loose:
         lines.append(f"warning: the rounds disagree by more than {DISAGREE:.0%} (IQR of the per-round ratios) for "
                      f"{', '.join(loose)}: the machine's load changed while timing; rerun with more --rounds "
@@ -129,12 +125,14 @@ def main(argv: list[str] | None = None) -> None:
                          progress=lambda s: print(f"\r[ablate-bench] {s}", end="", flush=True))
     print()
     result["baseline"] = baseline
-    base = result["variants"].get(baseline or "", next(iter(result["variants"].values())))["tokens_per_s"]
-    print(f"{'variant':40s} {'min':>10s} {'median':>10s} {'max':>10s}  ratio to {baseline or 'the first'}")
+    result["round_spread"] = spread = round_spread(result, baseline)
+    # the ratio column is the table's statistic: the median over rounds of each round's ratio
+    print(f"{'variant':40s} {'min':>10s} {'median':>10s} {'max':>10s}  ratio to {baseline or 'the first'} "
+          "(median per round)")
     for key, v in result["variants"].items():
         s = v["tokens_per_s"]
-        print(f"{key:40s} {s['min']:10.0f} {s['median']:10.0f} {s['max']:10.0f}  {s['median'] / base['median']:.3f}x")
-    result["round_spread"] = round_spread(result, baseline)
+        ratio = f"{spread[key]['median']:.3f}x" if key in spread else "-"
+        print(f"{key:40s} {s['min']:10.0f} {s['median']:10.0f} {s['max']:10.0f}  {ratio}")
     print("\n".join(spread_lines(result, baseline)))
     if args.out:
         write_json_atomic(args.out, result)

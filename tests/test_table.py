@@ -366,8 +366,36 @@ def test_bench_keys_with_common_overrides(sweep):
 
 def test_bench_dict_argument(sweep):
     t = build_table(load_records(sweep), bench=bench_json(rounds=5))
-    assert t.speed_source == "bench" and "median of 5 rounds" in t.caption()
+    assert t.speed_source == "bench" and "the median over 5 rounds of each round's tokens/s" in t.caption()
     assert build_table(load_records(sweep)).speed_source == "records"
+
+
+def test_bench_speed_is_the_median_of_each_rounds_ratio_and_disagreeing_rounds_are_marked(sweep):
+    """The load drifted during the benchmark: the baseline ran fast in the first rounds. Each round's
+    ratio is the statistic (ablate-bench prints the same), not the ratio of the medians; Q=K=V's rounds
+    disagree (IQR over 10% of the median), which the speed cell marks and the caption explains."""
+    from statistics import median
+
+    base = [3000.0] * 6 + [2000.0] * 14                    # a hog arrived after round 6
+    qk = [b * 1.1 for b in base]                           # 1.1x in every round: rounds agree
+    qkv = [b * (1.2 if i % 2 else 1.6) for i, b in enumerate(base)]  # rounds disagree
+    bench = {"baseline": "qkv_sharing=independent", "rounds": 20, "variants": {
+        f"qkv_sharing={v}": {"tokens_per_s": {"min": min(r), "median": median(r), "max": max(r)}, "round_tokens_per_s": r}
+        for v, r in (("independent", base), ("qk_shared", qk), ("qkv_shared", qkv))}}
+    t = build_table(load_records(sweep), bench=bench)
+    by = {r.key: r for r in t.rows}
+    assert by["qkv_sharing=qk_shared"].speed_ratio == pytest.approx(1.1)
+    assert by["qkv_sharing=qkv_shared"].speed_ratio == pytest.approx(median([1.6, 1.2] * 10))
+    assert by["qkv_sharing=qkv_shared"].speed_ratio != pytest.approx(median(qkv) / median(base))
+    (speed,) = [c for c in t.columns() if c.head == "speed"]
+    assert speed.text(by["qkv_sharing=qkv_shared"], "x").endswith("x§") and speed.text(by["qkv_sharing=qk_shared"], "x") == "1.10x"
+    assert "x§ |" in render(t, "markdown")
+    from ablate.report.plot import table_figure
+
+    ratio_panel = table_figure(t).axes[2]
+    assert [a.get_text() for a in ratio_panel.texts] == ["§"]  # beside Q=K=V's speed in table.png too
+    caption = " ".join(render(t, "terminal").split())
+    assert "§: the benchmark's rounds disagree by more than 10% (IQR of the per-round ratios: Q=K=V 1.20–1.60x)" in caption
 
 
 # --- files, wandb, CLI ------------------------------------------------------------------------
@@ -564,7 +592,8 @@ def test_speeds_come_from_a_bench_that_names_the_variants():
     assert [r.tokens_per_s for r in flat] == own
     assert _speeds(bench_json(rounds=5), swept, flat) == ("bench", bench_speed_note(5), 5)
     assert [r.tokens_per_s for r in flat] == [2000.0, 2200.0, 3000.0]
-    assert bench_speed_note(None).endswith("median over rounds, ratio to baseline")
+    assert bench_speed_note(None).endswith("ratio to baseline: the median of each round's tokens/s over the "
+                                           "baseline's in that round")
 
 
 def test_correction_runs_over_the_rows_shown_only():

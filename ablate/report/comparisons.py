@@ -10,7 +10,7 @@ import warnings
 from typing import Any
 
 from ablate.report.rows import Row, resolve_baseline
-from ablate.report.stats import Comparison, holm, paired_test, ratio, welch_test
+from ablate.report.stats import Comparison, holm, paired_test, ratio, round_ratios, welch_test
 from ablate.sweep import split_override_string
 
 
@@ -87,7 +87,10 @@ def compare_with_baselines(shown: list[Row], base: Row, base_of: dict[str, Row],
     for row, row_base in pairs:
         if row_base is None:
             continue
-        row.speed_ratio = ratio(row.tokens_per_s, row_base.tokens_per_s)
+        # an interleaved benchmark's rounds: the median of each round's ratio (load drifts between rounds)
+        row.speed_spread = round_ratios(row.speed_rounds, row_base.speed_rounds) if row_base.speed_rounds else None
+        row.speed_ratio = (row.speed_spread.median if row.speed_spread is not None
+                           else ratio(row.tokens_per_s, row_base.tokens_per_s))
         row.memory_ratio = ratio(row.memory_bytes, row_base.memory_bytes)
         row.flops_ratio = ratio(row.train_flops, row_base.train_flops)
         if row is not row_base and not row.is_baseline:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ablate.report.caption import title
 from ablate.report.layout import Figure
-from ablate.report.plot import _marks, _nz, _save, _variant_axis
+from ablate.report.plot import _marks, _nz, _save, _variant_axis, mark_loose_speeds
 
 #: ``ablate.report.finetune_table.FinetuneTable``, which draws its figure here: not imported (no cycle)
 FinetuneTable = Any
@@ -84,6 +84,7 @@ def finetune_figure(table: FinetuneTable):
         ax_ratio.plot([_nz(getattr(r, attr)) for r in table.rows], ys, marker, color=color, label=name,
                       linestyle="none", markersize=7)
     ax_ratio.axvline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    mark_loose_speeds(ax_ratio, table.rows)
     _variant_axis(ax_ratio, table, labels, named=False)
     ax_ratio.set_xlabel("ratio to the baseline (pretraining)")
     ax_ratio.set_title("speed and memory", fontsize="medium")

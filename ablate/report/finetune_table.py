@@ -29,18 +29,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from ablate.record import Record
-from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, _span, bench_speed_note
+from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, _span, bench_speed_note, rounds_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
 from ablate.report.layout import Figure, RunPlace
 from ablate.report.record_fields import (SweepBudget, budget_of, config_value, early_fraction_of, experiment_of,
                                          first_value, sharing_of, smoke_of)
-from ablate.report.records import bench_speeds
+from ablate.report.records import bench_rounds, bench_speeds
 from ablate.report.rows import Row, accuracy_by_seed, resolve_rows, split_rows, variant_row
 from ablate.report.scaling import RankAgreement, rank_agreement
 from ablate.report.stats import SIGNIFICANCE_TESTS, TEST_NAMES, mean, std
 from ablate.report.tuned import best_finetune_lr, final_runs
 from ablate.report.table_columns import (DASH, DETAIL, HEADLINE, PAPER, VARIANT_COLUMN, VARIANT_FIELD, Column, Field,
-                                         _delta, _loss, _pct, _sci, _si, _x)
+                                         _delta, _loss, _pct, _sci, _si, _speed, _x)
 from ablate.sweep import Tuning, group_by_variant, variant_key, variant_overrides, variants, varying_keys
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class FinetuneTable(CaptionText):
         out: dict[str, Column] = {"params": Column("params", lambda r, x: _si(r.params, 2), role=PAPER)}
         if self.has_flops:
             out["flops"] = Column("FLOPs", lambda r, x: _sci(r.train_flops))
-        out["speed"] = Column("speed", lambda r, x: _x(r.speed_ratio, x), role=PAPER)
+        out["speed"] = Column("speed", lambda r, x: _speed(r, x), role=PAPER)
         out["memory"] = Column("memory", lambda r, x: _x(r.memory_ratio, x), role=PAPER)
         if self.has_losses:
             out["early_loss"] = Column("early loss", lambda r, x: _loss(r.early_loss))
@@ -381,6 +381,7 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
     base, base_of, base_label = mark_baselines(baseline, exp.get("baseline"), shown, None)
     speed_source, speed_note = _speeds(bench, swept, shown)
     compare_with_baselines(shown, base, base_of, None, test, tuned=False)     # the pretraining's ratios
+    speed_note = "; ".join(filter(None, [speed_note, rounds_note(shown)]))
     compare_with_baselines(shown, base, base_of, AVG, test, tuned=False)      # each task and avg: Δ, CI, p
     wanted = rows if rows is not None else exp.get("rows")
     if isinstance(wanted, str):
@@ -478,9 +479,9 @@ def _ranks(rows: list[Row]) -> RankAgreement:
 def _speeds(bench: dict | None, swept: set[str], rows: list[Row]) -> tuple[str, str]:
     """Speed from ``bench.json`` when it names these variants, else the pretraining runs' own."""
     if bench is not None:
-        speeds = bench_speeds(bench, swept)
+        speeds, rounds_of = bench_speeds(bench, swept), bench_rounds(bench, swept)
         if speeds.keys() & {r.key for r in rows}:
             for row in rows:
-                row.tokens_per_s = speeds.get(row.key)
+                row.tokens_per_s, row.speed_rounds = speeds.get(row.key), rounds_of.get(row.key, [])
             return "bench", bench_speed_note(bench.get("rounds"))
     return "records", RECORDS_SPEED_NOTE

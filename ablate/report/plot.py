@@ -24,6 +24,7 @@ from ablate.report.layout import Figure
 from ablate.report.ladder_view import scaling_plot  # a ladder's figure; imported from here too (publish)
 from ablate.report.stats import finite
 from ablate.report.rows import Row
+from ablate.report.table_columns import ROUNDS_MARK
 
 #: ``ablate.report.table.SweepTable``, which draws its figures here: not imported (no import cycle)
 SweepTable = Any
@@ -123,6 +124,13 @@ def _length_panel(ax, table: SweepTable) -> None:
     ax.legend(fontsize="x-small")
 
 
+def mark_loose_speeds(ax, rows: list[Row]) -> None:
+    """The speed column's ``§`` beside each speed marker whose benchmark rounds disagree (the caption says why)."""
+    for y, row in enumerate(rows):
+        if row.speed_spread is not None and row.speed_spread.disagree and row.speed_ratio is not None:
+            ax.annotate(ROUNDS_MARK, (row.speed_ratio, y), xytext=(5, 3), textcoords="offset points", color="tab:green")
+
+
 def plot(table: SweepTable, path: str | Path) -> Path:
     """``table.png`` (``table_figure``) of a flat table; a ladder's figure is ``ladder_view.scaling_plot``."""
     return _save(table_figure(table), path)
@@ -185,6 +193,7 @@ def table_figure(table: SweepTable):
         ax_ratio.plot([_nz(getattr(r, attr)) for r in table.rows], ys, marker, color=color, label=name,
                       linestyle="none", markersize=7)
     ax_ratio.axvline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    mark_loose_speeds(ax_ratio, table.rows)
     _variant_axis(ax_ratio, table, labels, named=False)
     ax_ratio.set_xlabel("ratio to the baseline")
     ax_ratio.set_title("speed and memory", fontsize="medium")

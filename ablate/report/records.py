@@ -14,7 +14,7 @@ from ablate.record import Record, load_records, sort_records
 from ablate.sweep import (SweepPlan, read_sweep, records_swept_keys, split_override_string, variant_key,
                           varying_keys)
 
-__all__ = ["BENCH_FILE", "LoadedSweep", "bench_speeds", "load_bench", "load_records", "load_sweep", "sort_records",
+__all__ = ["BENCH_FILE", "LoadedSweep", "bench_rounds", "bench_speeds", "load_bench", "load_records", "load_sweep", "sort_records",
            "sweep_of_records"]
 
 BENCH_FILE = "bench.json"
@@ -72,6 +72,19 @@ def load_bench(sweep_dir: str | Path) -> dict | None:
     except (OSError, ValueError) as err:
         warnings.warn(f"ignoring {path}: {err}", stacklevel=2)
         return None
+
+
+def bench_rounds(bench: dict, swept: set[str]) -> dict[str, list[float]]:
+    """``{variant_key: tokens/s in each interleaved round}`` from ``bench.json`` (``round_tokens_per_s``),
+    for the variants that have them (keys as :func:`bench_speeds`')."""
+    out = {}
+    variants = bench.get("variants")
+    for key, entry in (variants if isinstance(variants, dict) else {}).items():
+        rounds = entry.get("round_tokens_per_s") if isinstance(entry, dict) else None
+        if isinstance(rounds, list) and rounds and len(finite(rounds)) == len(rounds):
+            ov = split_override_string(key)
+            out[variant_key({k: v for k, v in ov.items() if k in swept})] = [float(x) for x in rounds]
+    return out
 
 
 def bench_speeds(bench: dict, swept: set[str]) -> dict[str, float]:

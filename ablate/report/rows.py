@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from ablate.record import CurvePoint, Record
 from ablate.report.record_fields import early_stops_of, history_of, seed_of, task_of
-from ablate.report.stats import Comparison, finite, mark, mean, std
+from ablate.report.stats import Comparison, RoundRatios, finite, mark, mean, std
 from ablate.sweep import split_override_string, variant_key
 
 STATUSES = ("ok", "diverged", "failed", "interrupted", "running")
@@ -44,6 +44,8 @@ class Row:
     accuracy_std: float | None = None
     loss_mean: float | None = None
     tokens_per_s: float | None = None
+    speed_rounds: list[float] = field(default_factory=list)  # bench.json: its tokens/s in each interleaved round
+    speed_spread: RoundRatios | None = None    # those rounds over the baseline's (speed_ratio is their median)
     speed_ratio: float | None = None
     memory_bytes: float | None = None
     memory_ratio: float | None = None

@@ -55,6 +55,42 @@ def std(values: list[float]) -> float | None:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
+#: the per-round speed ratios' interquartile range, relative to their median, above which an
+#: interleaved benchmark's rounds disagree. On this project's 2-core machine, quiet, two near-identical
+#: tiny variants gave 3% (printed by tests/test_bench_spread.py); a speed-up smaller than the IQR is not
+#: shown by the rounds, and 10% is about the smallest difference a table's speed column is read for.
+ROUNDS_DISAGREE = 0.10
+
+
+@dataclass(frozen=True)
+class RoundRatios:
+    """An interleaved benchmark's speed ratio: each round's tokens/s over the baseline's in the same
+    round, summarised. ``median`` is the speed ratio (the table's and ``ablate-bench``'s one statistic)."""
+
+    min: float
+    q25: float
+    median: float
+    q75: float
+    max: float
+    rounds: int
+
+    @property
+    def disagree(self) -> bool:
+        """Whether the rounds disagree: their IQR is over ``ROUNDS_DISAGREE`` of their median."""
+        return (self.q75 - self.q25) > ROUNDS_DISAGREE * self.median
+
+
+def round_ratios(values: list[float], base: list[float]) -> RoundRatios | None:
+    """The per-round ratios ``values[i] / base[i]`` (rounds both timed), or None without any."""
+    import statistics
+
+    ratios = [v / b for v, b in zip(values, base) if finite([v, b]) == [v, b] and b > 0]
+    if not ratios:
+        return None
+    q25, median, q75 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return RoundRatios(min(ratios), q25, median, q75, max(ratios), len(ratios))
+
+
 def ratio(value: float | None, base: float | None) -> float | None:
     return value / base if value is not None and base else None
 

@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
+from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note, rounds_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
 from ablate.report.finetune_table import build_finetune_table, has_finetunes
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
@@ -43,7 +43,7 @@ from ablate.record import Record
 from ablate.report.record_fields import (EarlyStops, SweepBudget, beyond_lengths, budget_of, early_fraction_of,
                                          early_stops_of, experiment_of, first_value, sharing_of, smoke_of,
                                          train_length)
-from ablate.report.records import LoadedSweep, bench_speeds, sweep_of_records
+from ablate.report.records import LoadedSweep, bench_rounds, bench_speeds, sweep_of_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
 from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS
@@ -250,6 +250,7 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     base, base_of, base_label = mark_baselines(baseline, exp.get("baseline"), shown, col_key)
     speed_source, speed_note, rounds = _speeds(bench, swept, flat)
     compare_with_baselines(shown, base, base_of, col_key, test, tuned=tune is not None)
+    speed_note = "; ".join(filter(None, [speed_note, rounds_note(flat)]))
     if col_key:  # a pivoted row's accuracy: the mean of its cells' means
         for row in shown:
             row.accuracy_mean = row.avg
@@ -372,13 +373,13 @@ def _speeds(bench: dict | None, swept: set[str], flat: list[Row]) -> tuple[str, 
     it, and the benchmark's rounds. A ``bench.json`` naming the sweep's variants replaces each
     row's tokens/s with its interleaved timing; one naming none of them is ignored, with a warning."""
     if bench is not None:
-        speeds = bench_speeds(bench, swept)
+        speeds, rounds_of = bench_speeds(bench, swept), bench_rounds(bench, swept)
         if not speeds.keys() & {r.key for r in flat}:
             warnings.warn("bench.json names none of this sweep's variants; using the runs' own speeds",
                           stacklevel=3)
         else:
             rounds = bench.get("rounds")
             for row in flat:
-                row.tokens_per_s = speeds.get(row.key)
+                row.tokens_per_s, row.speed_rounds = speeds.get(row.key), rounds_of.get(row.key, [])
             return "bench", bench_speed_note(rounds), rounds
     return "records", RECORDS_SPEED_NOTE, None

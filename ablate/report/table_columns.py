@@ -145,6 +145,16 @@ def _x(ratio: float | None, times: str = "x") -> str:
     return DASH if ratio is None else f"{ratio:.2f}{times}"
 
 
+#: the speed column's mark where an interleaved benchmark's rounds disagree (the caption says why)
+ROUNDS_MARK = "§"
+
+
+def _speed(row: Row, times: str = "x") -> str:
+    """The speed ratio, marked where its benchmark rounds disagree (``RoundRatios.disagree``)."""
+    spread = row.speed_spread
+    return _x(row.speed_ratio, times) + (ROUNDS_MARK if spread is not None and spread.disagree else "")
+
+
 def _si(value: float | None, digits: int = 1) -> str:
     if value is None:
         return DASH
@@ -226,7 +236,7 @@ def flat_columns(t: SweepTable) -> list[Column]:
     if t.has_losses:
         cols += [Column("early loss", lambda r, x: _loss(r.early_loss)),
                  Column("final loss", lambda r, x: _loss(r.final_loss))]
-    cols += [Column("speed", lambda r, x: _x(r.speed_ratio, x), role=PAPER),
+    cols += [Column("speed", lambda r, x: _speed(r, x), role=PAPER),
              Column("tokens/s", lambda r, x: _si(r.tokens_per_s)),
              Column("memory", lambda r, x: _x(r.memory_ratio, x)),
              Column("MiB", lambda r, x: DASH if r.memory_mib is None else f"{r.memory_mib:.1f}")]
