@@ -383,7 +383,10 @@ class SpeedMeter(pl.Callback):
         self.clock = clock
         self.step_times: list[float] = []
         self.step_tokens: list[int] = []
+        self.step_cpu: list[float] = []   # the process's CPU seconds in each timed step (all its threads)
         self._start: float | None = None
+        self._cpu_start = 0.0
+        self._on_cpu = True
         self._tokens = 0
         self._starter = _StepClockStart(self)
 
@@ -392,7 +395,8 @@ class SpeedMeter(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.step_times, self.step_tokens, self._start = [], [], None
+        self.step_times, self.step_tokens, self.step_cpu, self._start = [], [], [], None
+        self._on_cpu = pl_module.device.type == "cpu"
         others = [cb for cb in trainer.callbacks if cb is not self and cb is not self._starter]
         # A new list, not an in-place edit: Lightning may be iterating over the old one.
         trainer.callbacks = [self, *others, self._starter]
@@ -400,6 +404,7 @@ class SpeedMeter(pl.Callback):
     def _begin_step(self, pl_module: pl.LightningModule, batch: Any) -> None:
         self._tokens = int(self.count_tokens(batch))
         synchronize(pl_module.device)
+        self._cpu_start = time.process_time()
         self._start = self.clock()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
@@ -408,17 +413,19 @@ class SpeedMeter(pl.Callback):
             return
         synchronize(pl_module.device)
         self.step_times.append(self.clock() - self._start)
+        self.step_cpu.append(time.process_time() - self._cpu_start)
         self.step_tokens.append(self._tokens)
         self._start = None
 
     # -- a resumed fit keeps the steps timed before its checkpoint ---------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step_times": list(self.step_times), "step_tokens": list(self.step_tokens)}
+        return {"step_times": list(self.step_times), "step_tokens": list(self.step_tokens), "step_cpu": list(self.step_cpu)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step_times = list(state.get("step_times", []))
         self.step_tokens = list(state.get("step_tokens", []))
+        self.step_cpu = list(state.get("step_cpu", []))
 
     # -- results ----------------------------------------------------------------------------
 
@@ -430,7 +437,12 @@ class SpeedMeter(pl.Callback):
         if n == 0:
             raise RuntimeError("SpeedMeter: no training step completed, nothing to summarise")
         skip = min(self.warmup_steps, n - 1)
-        return summarize_times(self.step_times[skip:], self.step_tokens[skip:])
+        out = summarize_times(self.step_times[skip:], self.step_tokens[skip:])
+        cpu, wall = self.step_cpu[skip:], self.step_times[skip:]
+        if self._on_cpu and len(cpu) == len(wall) and sum(wall) > 0:
+            # how much of its cores the run had while timed: ~1 alone, lower where another process shared them
+            out["cpu_share"] = round(sum(cpu) / sum(wall) / max(1, torch.get_num_threads()), 3)
+        return out
 
 
 class _StepClockStart(pl.Callback):

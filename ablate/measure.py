@@ -24,6 +24,7 @@ Memory
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import warnings
@@ -205,6 +206,27 @@ def summarize_times(times: Sequence[float], tokens_per_step: int | Sequence[int]
         "step_time_s": {"min": min(times), "median": float(statistics.median(times)), "max": max(times)},
         "timed_steps": len(times),
     }
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (None where the platform has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``), None if unknown."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
 
 
 def count_input_tokens(batch: Any) -> int:

@@ -109,6 +109,12 @@ class Metrics:
     torch_threads: int | None = None
     concurrent_jobs: int | None = None
     cpu_cores: int | None = None
+    # the conditions the steps were timed under: CPU seconds of the timed steps over their wall time and
+    # torch's threads (~1 when the run had its cores; CPU runs), the 1-minute load average at the end
+    # of training, the CPU's model
+    cpu_share: float | None = None
+    load_1m: float | None = None
+    cpu_model: str | None = None
     early_stopped: dict[str, Any] | None = None     # an EarlyStopping callback's stop: step, monitor, reason
     model_checkpoint: dict[str, Any] | None = None  # the user's ModelCheckpoint: where its best weights are
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_model, load_pretrained, pretraining_dir,
                              run_seed, save_pretrained, stage)
 from ablate.job import Job
-from ablate.measure import accumulated_batches, flops_per_token
+from ablate.measure import accumulated_batches, cpu_model, flops_per_token, load_average
 from ablate.record import FinetuneEntry, Metrics, Score
 from ablate.settings import EvalSettings, read_settings
 
@@ -170,7 +170,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     kept = model_checkpoint_entry(trainer.callbacks)
     if kept is not None:  # the user's ModelCheckpoint: where its best weights are
         metrics.model_checkpoint = kept
-    metrics.update(**speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt)
+    metrics.update(**speed.summary(), steps=trainer.global_step, tokens=tokens, train_flops=tokens * fpt,
+                   load_1m=load_average(), cpu_model=cpu_model())
     if cuda:  # model FLOPs utilisation of one device: its tokens/s x FLOPs per token over its peak
         from ablate.measure import utilisation
         from ablate.model.flops import recomputed_flops

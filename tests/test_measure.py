@@ -130,8 +130,18 @@ def test_speed_meter_interval_holds_only_the_step():
     assert trainer.callbacks[0] is meter  # first to see on_train_batch_end
     one_step = ["a.start", "b.start", "clock", "training_step", "clock", "a.end", "b.end"]
     assert events == one_step * 2
-    assert meter.summary() == {"tokens_per_s": float(TOKENS_PER_STEP),
-                               "step_time_s": {"min": 1.0, "median": 1.0, "max": 1.0}, "timed_steps": 2}
+    summary = meter.summary()
+    assert 0 <= summary.pop("cpu_share")  # the process's CPU seconds over the (fake) clock's: nothing to compare
+    assert summary == {"tokens_per_s": float(TOKENS_PER_STEP),
+                       "step_time_s": {"min": 1.0, "median": 1.0, "max": 1.0}, "timed_steps": 2}
+
+
+def test_speed_meter_says_how_much_of_its_cores_a_cpu_run_had(one_thread):
+    """A real CPU fit on one thread: its timed steps' CPU time is at most their wall time (a busy
+    machine lowers it, which is what it is for: the load test in tests/test_speed_under_load.py)."""
+    meter = SpeedMeter(warmup_steps=2)
+    _fit(TinyLM(), 12, [meter])
+    assert 0 < meter.summary()["cpu_share"] <= 1.2, meter.summary()
 
 
 # --------------------------------------------------------------------------------------------

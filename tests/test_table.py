@@ -395,7 +395,51 @@ def test_bench_speed_is_the_median_of_each_rounds_ratio_and_disagreeing_rounds_a
     ratio_panel = table_figure(t).axes[2]
     assert [a.get_text() for a in ratio_panel.texts] == ["§"]  # beside Q=K=V's speed in table.png too
     caption = " ".join(render(t, "terminal").split())
-    assert "§: the benchmark's rounds disagree by more than 10% (IQR of the per-round ratios: Q=K=V 1.20–1.60x)" in caption
+    assert ("§: the benchmark's rounds disagree by more than 10% (IQR of the per-round ratios): Q=K=V 1.20–1.60x; "
+            "the machine's load changed while timing") in caption
+
+
+def _with(records, **metrics_by_variant):
+    """``records`` with each variant's runs given these metrics: ``qkv_shared={"cpu_share": 0.5}``."""
+    for r in records:
+        v = next(o.split("=")[1] for o in r.overrides if o.startswith("qkv_sharing="))
+        r.metrics.update(**metrics_by_variant.get(v, {}))
+    return records
+
+
+def test_speeds_timed_under_another_load_are_marked_not_comparable(tmp_path):
+    """Q=K=V's runs had half their cores while timed (a hog shared them), the others all of theirs:
+    its speed is weather, so the cell is marked and the caption says why and what re-times it."""
+    recs = _with(qkv_records(), independent={"cpu_share": 0.98}, qk_shared={"cpu_share": 0.93},
+                 qkv_shared={"cpu_share": 0.5})
+    t = build_table(load_records(write_sweep(tmp_path / "sweep", recs)))
+    by = {r.label: r for r in t.rows}
+    assert by["Q=K=V"].speed_doubt[0] == "load" and by["Q=K, V separate"].speed_doubt == ("", "")
+    (speed,) = [c for c in t.columns() if c.head == "speed"]
+    assert speed.text(by["Q=K=V"], "x").endswith("§") and not speed.text(by["Q=K, V separate"], "x").endswith("§")
+    caption = " ".join(render(t, "terminal").split())
+    assert ("§: not comparable: timed under another load than the baseline (share of its cores in its timed steps): "
+            "Q=K=V 0.50 against the baseline's 0.98; `ablate-table DIR --bench` re-times the variants interleaved") in caption
+    # without the conditions recorded (older records), or with like ones, nothing is marked
+    same = _with(qkv_records(), independent={"cpu_share": 0.9}, qk_shared={"cpu_share": 0.85}, qkv_shared={"cpu_share": 0.95})
+    t = build_table(load_records(write_sweep(tmp_path / "same", same)))
+    assert not any(r.speed_doubt[0] for r in t.rows) and "§" not in render(t, "markdown")
+
+
+def test_a_speed_ratio_far_from_the_flops_ratio_is_marked(tmp_path):
+    """Q=K=V costs 0.88x the FLOPs; measured 1.86x faster with seeds agreeing within a few %: flagged.
+    Q=K: 1.10x at 0.94x FLOPs (1.06x predicted), within 25%: not flagged."""
+    recs = qkv_records()
+    for r in recs:
+        v = next(o.split("=")[1] for o in r.overrides if o.startswith("qkv_sharing="))
+        seed = int(next(o.split("=")[1] for o in r.overrides if o.startswith("seed=")))
+        flops = {"independent": 1.0, "qk_shared": 0.94, "qkv_shared": 0.88}[v] * 1e12
+        speed = {"independent": 1000.0, "qk_shared": 1100.0, "qkv_shared": 1860.0}[v] * (1 + 0.01 * seed)
+        r.metrics.update(train_flops=flops, tokens_per_s=speed)
+    t = build_table(load_records(write_sweep(tmp_path / "sweep", recs)))
+    by = {r.label: r for r in t.rows}
+    assert by["Q=K=V"].speed_doubt == ("flops", "Q=K=V 1.85x against 1.14x") and by["Q=K, V separate"].speed_doubt == ("", "")
+    assert "§: the speed ratio is far from what the FLOPs ratio predicts, beyond the measurement's spread" in t.caption()
 
 
 # --- files, wandb, CLI ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ smoke test (``smoke: true`` in their config) and when jobs ran at once on the sa
 
 from __future__ import annotations
 
-from ablate.report.stats import ROUNDS_DISAGREE, TEST_NAMES
+from ablate.report.stats import TEST_NAMES
 
 # The caption's sentence on speed (SweepTable.speed_note), by where the speeds come from.
 RECORDS_SPEED_NOTE = "speed: per-run median tokens/s (separate runs), mean over seeds, ratio to baseline"
@@ -26,17 +26,6 @@ def bench_speed_note(rounds: int | None) -> str:
     of = f" over {rounds} rounds" if rounds else ""
     return (f"speed: interleaved benchmark (ablate-bench), ratio to baseline: the median{of} of each round's "
             "tokens/s over the baseline's in that round")
-
-
-def rounds_note(rows) -> str:
-    """The caption's warning where an interleaved benchmark's rounds disagree for some row ("" if none)."""
-    loose = [r for r in rows if r.speed_spread is not None and r.speed_spread.disagree]
-    if not loose:
-        return ""
-    spans = ", ".join(f"{r.label} {r.speed_spread.q25:.2f}–{r.speed_spread.q75:.2f}x" for r in loose)
-    return (f"§: the benchmark's rounds disagree by more than {ROUNDS_DISAGREE:.0%} (IQR of the per-round "
-            f"ratios: {spans}): the machine's load changed while timing; read no speed-up smaller than that, or "
-            "rerun `ablate-table DIR --bench` on a quieter machine")
 
 
 def title(t) -> str:

@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 from ablate.report.rows import Row, resolve_baseline
+from ablate.report.speed_checks import judge_speeds
 from ablate.report.stats import Comparison, holm, paired_test, ratio, round_ratios, welch_test
 from ablate.sweep import split_override_string
 
@@ -98,6 +99,7 @@ def compare_with_baselines(shown: list[Row], base: Row, base_of: dict[str, Row],
             if tuned:
                 row.delta_default_lr = _compare(test, row.by_seed_default, row_base.by_seed_default,
                                                 row.accuracies_default, row_base.accuracies_default).delta
+    judge_speeds(pairs)  # a speed ratio timed under other loads, or far from the FLOPs ratio: marked
 
 
 def _compare(test: str, by_seed: dict, base_by_seed: dict, accuracies: list[float],

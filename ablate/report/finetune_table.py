@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from ablate.record import Record
-from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, _span, bench_speed_note, rounds_note
+from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, _span, bench_speed_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
 from ablate.report.layout import Figure, RunPlace
 from ablate.report.record_fields import (SweepBudget, budget_of, config_value, early_fraction_of, experiment_of,
                                          first_value, sharing_of, smoke_of)
+from ablate.report.speed_checks import speed_doubt_note
 from ablate.report.records import bench_rounds, bench_speeds
 from ablate.report.rows import Row, accuracy_by_seed, resolve_rows, split_rows, variant_row
 from ablate.report.scaling import RankAgreement, rank_agreement
@@ -381,7 +382,7 @@ def build_finetune_table(sweep: LoadedSweep, baseline: str | None = None, bench:
     base, base_of, base_label = mark_baselines(baseline, exp.get("baseline"), shown, None)
     speed_source, speed_note = _speeds(bench, swept, shown)
     compare_with_baselines(shown, base, base_of, None, test, tuned=False)     # the pretraining's ratios
-    speed_note = "; ".join(filter(None, [speed_note, rounds_note(shown)]))
+    speed_note = "; ".join(filter(None, [speed_note, speed_doubt_note(shown)]))
     compare_with_baselines(shown, base, base_of, AVG, test, tuned=False)      # each task and avg: Δ, CI, p
     wanted = rows if rows is not None else exp.get("rows")
     if isinstance(wanted, str):

@@ -125,9 +125,9 @@ def _length_panel(ax, table: SweepTable) -> None:
 
 
 def mark_loose_speeds(ax, rows: list[Row]) -> None:
-    """The speed column's ``§`` beside each speed marker whose benchmark rounds disagree (the caption says why)."""
+    """The speed column's ``§`` beside each speed marker in doubt (the caption says why)."""
     for y, row in enumerate(rows):
-        if row.speed_spread is not None and row.speed_spread.disagree and row.speed_ratio is not None:
+        if row.speed_doubt[0] and row.speed_ratio is not None:
             ax.annotate(ROUNDS_MARK, (row.speed_ratio, y), xytext=(5, 3), textcoords="offset points", color="tab:green")
 
 

@@ -46,6 +46,9 @@ class Row:
     tokens_per_s: float | None = None
     speed_rounds: list[float] = field(default_factory=list)  # bench.json: its tokens/s in each interleaved round
     speed_spread: RoundRatios | None = None    # those rounds over the baseline's (speed_ratio is their median)
+    run_speeds: list[float] = field(default_factory=list)   # the ok runs' own tokens/s
+    cpu_shares: list[float] = field(default_factory=list)   # the ok runs' metrics.cpu_share (timing conditions)
+    speed_doubt: tuple[str, str] = ("", "")    # why its speed ratio is in doubt, and its figures (speed_checks)
     speed_ratio: float | None = None
     memory_bytes: float | None = None
     memory_ratio: float | None = None
@@ -151,7 +154,9 @@ def variant_row(key: str, ov: dict[str, str], runs: list[Record], labels: dict, 
     row.tasks = list(dict.fromkeys(t for t in map(task_of, runs) if t))
     row.accuracy_mean, row.accuracy_std = mean(row.accuracies), std(row.accuracies)
     row.loss_mean = mean(finite(m.loss for m in okm))
-    row.tokens_per_s = mean(finite(m.tokens_per_s for m in okm))
+    row.run_speeds = finite(m.tokens_per_s for m in okm)
+    row.tokens_per_s = mean(row.run_speeds)
+    row.cpu_shares = finite(m.cpu_share for m in okm)
     row.memory_bytes = mean(finite(m.peak_memory_bytes for m in okm))
     params = finite(m.params for m in okm) or finite(r.metrics.params for r in runs)
     row.params = round(mean(params)) if params else None

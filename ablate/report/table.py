@@ -34,7 +34,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note, rounds_note
+from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
 from ablate.report.finetune_table import build_finetune_table, has_finetunes
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
@@ -43,6 +43,7 @@ from ablate.record import Record
 from ablate.report.record_fields import (EarlyStops, SweepBudget, beyond_lengths, budget_of, early_fraction_of,
                                          early_stops_of, experiment_of, first_value, sharing_of, smoke_of,
                                          train_length)
+from ablate.report.speed_checks import speed_doubt_note
 from ablate.report.records import LoadedSweep, bench_rounds, bench_speeds, sweep_of_records
 from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resolve_rows, split_rows,
                                 variant_row)
@@ -250,7 +251,7 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     base, base_of, base_label = mark_baselines(baseline, exp.get("baseline"), shown, col_key)
     speed_source, speed_note, rounds = _speeds(bench, swept, flat)
     compare_with_baselines(shown, base, base_of, col_key, test, tuned=tune is not None)
-    speed_note = "; ".join(filter(None, [speed_note, rounds_note(flat)]))
+    speed_note = "; ".join(filter(None, [speed_note, speed_doubt_note(flat)]))
     if col_key:  # a pivoted row's accuracy: the mean of its cells' means
         for row in shown:
             row.accuracy_mean = row.avg

@@ -145,14 +145,13 @@ def _x(ratio: float | None, times: str = "x") -> str:
     return DASH if ratio is None else f"{ratio:.2f}{times}"
 
 
-#: the speed column's mark where an interleaved benchmark's rounds disagree (the caption says why)
+#: the speed column's mark where a speed ratio is in doubt (``speed_checks``; the caption says why)
 ROUNDS_MARK = "§"
 
 
 def _speed(row: Row, times: str = "x") -> str:
-    """The speed ratio, marked where its benchmark rounds disagree (``RoundRatios.disagree``)."""
-    spread = row.speed_spread
-    return _x(row.speed_ratio, times) + (ROUNDS_MARK if spread is not None and spread.disagree else "")
+    """The speed ratio, marked where it is in doubt (``Row.speed_doubt``)."""
+    return _x(row.speed_ratio, times) + (ROUNDS_MARK if row.speed_doubt[0] else "")
 
 
 def _si(value: float | None, digits: int = 1) -> str:
