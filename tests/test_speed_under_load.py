@@ -1,0 +1,58 @@
+"""A speed column under a real CPU hog (docs/measurements.md, "Speed on a shared machine").
+
+A sweep of two variants that cost the same (two learning rates), pinned to one core with
+``taskset``; a busy-looping process pinned to the same core runs during the second variant's job
+only. That variant's steps then get about half the core: its speed must not read more than ~10%
+slower in the table without the cell saying it was timed under another load. In its own file, so
+that under ``--dist loadfile`` it shares a worker with nothing else."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, cli_env, records
+
+from ablate.compose import tiny_overrides
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not shutil.which("taskset") or not hasattr(os, "sched_getaffinity"),
+                                 reason="pins processes to a core with taskset (Linux)")]
+
+
+def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: Path) -> None:
+    core = str(min(os.sched_getaffinity(0)))
+    sweep = tmp_path / "sweep"
+    args = ["-m", "optim.lr=1e-3,2e-3", "seed=0", *tiny_overrides("logger=none", "trainer.max_steps=300"),
+            "eval.every=0", "measure.memory=false", f"hydra.sweep.dir={sweep}"]
+    run = subprocess.Popen(["taskset", "-c", core, str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    hog = None
+    try:
+        deadline = time.monotonic() + 180
+        while not list(sweep.glob("*lr=0.002*")):  # the second variant's job has started
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+            time.sleep(0.05)
+        hog = subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"])
+        out, err = run.communicate(timeout=240)
+    finally:
+        for process in (hog, run):
+            if process is not None and process.poll() is None:
+                process.kill()
+    assert run.returncode == 0, err[-3000:]
+
+    shares = {r["config"]["optim"]["lr"]: r["metrics"]["cpu_share"] for r in records(sweep)}
+    assert shares[0.002] < shares[0.001] - 0.2, shares  # the hog took its share of the second variant's core
+    rows = {r["variant"]: r for r in csv.DictReader(io.StringIO((sweep / "table.csv").read_text()))}
+    hogged = next(r for v, r in rows.items() if "0.002" in v)
+    marked = "§" in next(line for line in (sweep / "table.md").read_text().splitlines() if "0.002" in line)
+    assert float(hogged["speed_ratio"]) >= 0.9 or marked, (hogged["speed_ratio"], shares)
+    print(f"\ncpu_share {shares}, speed ratio {hogged['speed_ratio']}")
+    assert marked and "timed under another load than the baseline" in (sweep / "table.md").read_text().replace("\\", "")
