@@ -153,7 +153,8 @@ class FinetuneTable(CaptionText):
                                ("is_baseline", lambda t, r: r.is_baseline), ("params", lambda t, r: r.params),
                                ("train_flops", lambda t, r: r.train_flops), ("flops_ratio", lambda t, r: r.flops_ratio),
                                ("tokens_per_s", lambda t, r: r.tokens_per_s),
-                               ("speed_ratio", lambda t, r: r.speed_ratio), ("memory_mib", lambda t, r: r.memory_mib),
+                               ("speed_ratio", lambda t, r: r.speed_ratio),
+                               ("speed_doubt", lambda t, r: r.speed_doubt[0]), ("memory_mib", lambda t, r: r.memory_mib),
                                ("memory_ratio", lambda t, r: r.memory_ratio),
                                ("early_loss", lambda t, r: r.early_loss), ("final_loss", lambda t, r: r.final_loss),
                                ("pretrain_n", lambda t, r: r.n)]

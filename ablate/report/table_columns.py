@@ -74,6 +74,7 @@ _BASE_FIELDS: list[Field] = [
     ("p_corrected", lambda t, r: r.p_corrected),
     ("n_paired", lambda t, r: r.n_paired),
     ("steps", lambda t, r: _int_if_whole(r.steps)),
+    ("speed_doubt", lambda t, r: r.speed_doubt[0]),   # load | flops | rounds (report/speed_checks.py); "" stands
 ]
 CSV_COLUMNS = [name for name, _ in _BASE_FIELDS]
 
