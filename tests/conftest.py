@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ablate.compose import TINY, compose, tiny_overrides
+from warm import WarmCli, WarmProcess
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
@@ -51,11 +52,48 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+_warm: WarmCli | None = None  # this test process's warm interpreter (tests/warm.py), started on first use
+
+
 def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str, str] | None = None,
-            timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run a console script of this package (as a user would) and capture its output."""
-    return subprocess.run([str(BIN / script), *args], cwd=cwd, env=env or cli_env(), text=True,
-                          capture_output=True, timeout=timeout)
+            timeout: float = 240, cold: bool = False) -> subprocess.CompletedProcess:
+    """Run a console script of this package (as a user would) and capture its output: a process forked
+    from a warm interpreter (tests/warm.py: the same entry point, without the seconds of imports), or
+    with ``cold=True`` (or ``ABLATE_TESTS_COLD=1`` for every call) the console script itself started by
+    ``subprocess``."""
+    if cold or os.environ.get("ABLATE_TESTS_COLD") == "1":
+        return subprocess.run([str(BIN / script), *args], cwd=cwd, env=env or cli_env(), text=True,
+                              capture_output=True, timeout=timeout)
+    return _warm_cli().run(script, args, cwd, env or cli_env(), timeout)
+
+
+def start_cli(args: list[str], cwd: Path, *, env: dict[str, str] | None = None, nice: int = 0,
+              umask: int | None = None) -> WarmProcess:
+    """Start ``ablate args`` from the warm interpreter without waiting: a :class:`subprocess.Popen`-like
+    process in its own session (a terminal job: a test may stop it, or Ctrl-C its process group),
+    stdout and stderr read by ``communicate``; ``nice``: at a lower CPU priority (its workers inherit it).
+    ``ABLATE_TESTS_COLD=1``: the console script itself, started by ``subprocess`` the same way."""
+    if os.environ.get("ABLATE_TESTS_COLD") == "1":
+        def preexec() -> None:
+            as_a_terminal_job()
+            os.nice(nice)
+
+        return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=env or cli_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=preexec, umask=-1 if umask is None else umask)
+    return _warm_cli().popen("ablate", args, cwd, env or cli_env(), nice=nice, umask=umask)
+
+
+def _warm_cli() -> WarmCli:
+    global _warm
+    if _warm is None:
+        _warm = WarmCli(BIN, cli_env())
+    return _warm
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _warm is not None:
+        _warm.stop()
 
 
 # The config `ablate` composes for overrides, in process (Hydra's compose API), and the tiny config's

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, cli_env, records, run_cli, wandb_summary
+from conftest import WarmProcess, records, run_cli, start_cli, wandb_summary
 
 pytestmark = pytest.mark.slow  # every test kills, resumes or relaunches the real `ablate` CLI
 
@@ -18,9 +18,8 @@ ARGS = ["trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=
         "measure.warmup_steps=2", "trainer.max_steps=60", "eval.every=20", "optim.warmup_steps=5"]
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _start(args: list[str], cwd: Path) -> WarmProcess:
+    return start_cli(args, cwd)
 
 
 def _wait_for(path: Path, process: subprocess.Popen, timeout_s: float = 120) -> None:

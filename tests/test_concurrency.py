@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, as_a_terminal_job, cli_env, records, run_cli
+from conftest import BIN, as_a_terminal_job, cli_env, records, run_cli, start_cli
 
 from ablate.job import lock_holder
 
@@ -50,9 +50,14 @@ def _modified(path: Path) -> float:
         return 0.0
 
 
-def _launch(args: list[str], cwd: Path, *, nice: int = 0) -> subprocess.Popen:
+def _launch(args: list[str], cwd: Path, *, nice: int = 0, cold: bool = False) -> subprocess.Popen:
     """``ablate args`` in its own session, as a terminal job; ``nice``: at a lower CPU priority (its
-    workers inherit it), for a sweep that only has to keep training while the test's other commands run."""
+    workers inherit it), for a sweep that only has to keep training while the test's other commands run;
+    ``cold``: the console script itself (its command line names the sweep, which ``_processes_of`` reads),
+    not a process forked from the warm interpreter."""
+    if not cold:
+        return start_cli(args, cwd, nice=nice)
+
     def preexec() -> None:
         as_a_terminal_job()
         os.nice(nice)
@@ -134,7 +139,7 @@ def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list
     parent is submitit's helper process, not the launcher): each records interrupted, none is left."""
     sweep = workdir / "sweep"
     first = _launch(["-m", "seed=0,1", *tiny, "trainer.max_steps=1000000", "logger=csv",
-                     "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}"], workdir)
+                     "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}"], workdir, cold=True)
     try:
         _wait(lambda: len(list(sweep.glob("*/metrics.csv"))) == 2 or first.poll() is not None, 200, "two jobs training")
         os.kill(first.pid, signal.SIGTERM)

@@ -251,17 +251,14 @@ def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(
     traceback, the record says interrupted (no traceback kept), and both attempts are one wandb run."""
     import os
     import signal
-    import subprocess
     import time
 
-    from conftest import BIN, as_a_terminal_job, cli_env, wandb_summary
+    from conftest import start_cli, wandb_summary
 
     args = [*tiny, "trainer.max_steps=1000000", "checkpoint.every_n_steps=20", "hydra.run.dir=run"]
 
     def stopped(signum: int, ready: Path, group: bool) -> str:
-        proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(), text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=as_a_terminal_job)
+        proc = start_cli(args, tmp_path)
         deadline = time.monotonic() + 180
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -304,14 +301,12 @@ def test_a_stop_during_set_up_and_ctrl_c_record_interrupted_without_a_traceback(
 
 @pytest.mark.slow
 def test_records_and_tables_follow_the_umask(tmp_path: Path, tiny: list[str]) -> None:
-    import subprocess
-
-    from conftest import BIN, cli_env
+    from conftest import start_cli
 
     sweep = tmp_path / "sweep"
-    out = subprocess.run([str(BIN / "ablate"), "-m", *tiny, "logger=none", "seed=0,1", f"hydra.sweep.dir={sweep}"],
-                         cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240, umask=0o022)
-    assert out.returncode == 0, out.stderr[-2000:]
+    process = start_cli(["-m", *tiny, "logger=none", "seed=0,1", f"hydra.sweep.dir={sweep}"], tmp_path, umask=0o022)
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 0, err[-2000:]
     files = [*sweep.rglob("result.json"), sweep / "sweep.json", *(sweep / f"table.{x}" for x in ("md", "tex", "csv", "png"))]
     for path in files:
         assert path.stat().st_mode & 0o777 == 0o644, (path, oct(path.stat().st_mode))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, cli_env, compose_cfg, records, run_cli, wandb_summary
+from conftest import cli_env, compose_cfg, records, run_cli, start_cli, wandb_summary
 
 from ablate.config import config_problems
 
@@ -121,8 +121,7 @@ def test_relaunch_skips_finished_jobs_and_reruns_missing_ones(tmp_path: Path, ti
 def test_sigkill_mid_job_then_relaunch_completes(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     args = _sweep_args(sweep, tiny, 400)
-    proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = start_cli(args, tmp_path)
     deadline = time.monotonic() + 300
     while not list(sweep.glob("*qkv_sharing=qk_shared*/.hydra")) and time.monotonic() < deadline:
         time.sleep(0.05)  # the second job's directory: it is training once it exists
@@ -215,8 +214,7 @@ def test_a_full_disk_names_the_job_stops_the_sweep_in_one_message_and_a_relaunch
     sweep = small_disk / "sweep"
     args = ["-m", "seed=0,1", *tiny, "trainer.max_steps=200", "checkpoint.every_n_steps=50", "logger=none",
             f"hydra.sweep.dir={sweep}"]
-    proc = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_cli(args, tmp_path)
     deadline = time.monotonic() + 180
     while not list(sweep.glob("*seed=0*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
         time.sleep(0.02)  # the first job is training (its first checkpoint written): the disk fills up under it

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BIN, QUIET, REPO, cli_env, records, run_cli
+from conftest import QUIET, REPO, cli_env, records, run_cli, start_cli
 
 from ablate.compose import tiny_overrides
 
@@ -106,11 +106,11 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path: Path, tiny: list[s
     sweep = tmp_path / "sweep"
     # 300 steps (seconds of training) after the first checkpoint: the requeue, sent as soon as that
     # checkpoint appears, lands during training; the resumed attempt trains the rest
-    process = subprocess.Popen(
-        [str(BIN / "ablate"), "-m", "seed=0", *tiny, "trainer.max_steps=400", "checkpoint.every_n_steps=100",
+    process = start_cli(
+        ["-m", "seed=0", *tiny, "trainer.max_steps=400", "checkpoint.every_n_steps=100",
          "logger=none", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=local",
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, env=slurm_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        tmp_path, env=slurm_env)
     deadline = time.monotonic() + 120
     while not list(sweep.glob("*/checkpoints/last.ckpt")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]

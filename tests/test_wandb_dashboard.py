@@ -11,14 +11,13 @@ import http.server
 import json
 import signal
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import BIN, cli_env, compose_cfg, records, run_cli, wandb_summary
+from conftest import cli_env, compose_cfg, records, run_cli, start_cli, wandb_summary
 from test_report_layout import tuned_sweep
 from test_table_run import artifacts, of_type, wandb_log
 
@@ -113,8 +112,7 @@ def test_a_job_rerun_after_a_kill_keeps_its_wandb_run_and_a_silent_host_costs_se
     with silent_host() as port:
         env = cli_env(WANDB_MODE="online", WANDB_API_KEY="x" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{port}")
         # the first attempt dies during start-up without a record (SIGKILL: no handler runs), its run begun
-        first = subprocess.Popen([str(BIN / "ablate"), *args], cwd=tmp_path, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = start_cli(args, tmp_path, env=env)
         deadline = time.monotonic() + 60  # ~90 s, then a crash, before ablate fell back on a silent host
         while not list(wandb_dir.glob("offline-run-*")) and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
