@@ -127,7 +127,7 @@ class SweepCallbacks(Callback):
     def _remember_step_times(records: list[Record]) -> None:
         """Advisory: a cache that cannot be written costs later estimates only, never the sweep's end."""
         from ablate.preview import record_samples
-        from ablate.timing import remember
+        from ablate.step_times import remember
 
         try:
             remember(record_samples(records))

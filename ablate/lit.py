@@ -445,6 +445,40 @@ class SpeedMeter(pl.Callback):
         return out
 
 
+class PaceCheck(pl.Callback):
+    """Compares a job's steps, as :class:`SpeedMeter` times them, with the step time its sweep's first
+    estimate gave them, and prints one line when they run far slower or faster (``ablate.pace``)."""
+
+    def __init__(self, meter: SpeedMeter, sweep_dir: str | Path, step_key: str) -> None:
+        from ablate.pace import SweepEstimate
+
+        self.meter, self.sweep_dir = meter, Path(sweep_dir)
+        self.estimate = SweepEstimate.read(sweep_dir)
+        self.expected_s = self.estimate.step_s.get(step_key) if self.estimate else None
+        self.said = False
+
+    @property
+    def active(self) -> bool:
+        """Whether the sweep started with an estimate of this job's steps."""
+        return bool(self.expected_s)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        from ablate.pace import CHECK_EVERY, departure, jobs_left, pace_line, remember_said
+
+        timed = self.meter.step_times[self.meter.warmup_steps:]
+        if self.said or not self.active or not trainer.is_global_zero or not timed or len(timed) % CHECK_EVERY:
+            return
+        pace = departure(self.estimate, self.expected_s, timed)
+        if pace is None:
+            return
+        self.said = True
+        steps_left = max(0, int(trainer.max_steps) - trainer.global_step)
+        print(pace_line(self.estimate, self.expected_s, pace, steps_left, jobs_left(self.sweep_dir, self.estimate)),
+              flush=True)
+        remember_said(self.sweep_dir, pace)
+
+
 class _StepClockStart(pl.Callback):
     """Starts :class:`SpeedMeter`'s clock; kept last in ``trainer.callbacks`` so that every
     other callback's ``on_train_batch_start`` has run before the clock starts."""

@@ -5,7 +5,7 @@ it) or an unfinished one (rerun), its steps, and an estimate of the time left on
 with a range. Seconds per step come, best first, from:
 
 1. earlier runs of the same settings here: the sweep directory's finished records, and the
-   per-user cache of step times (``ablate.timing.remember``; keyed by what sets a step's time,
+   per-user cache of step times (``ablate.step_times.remember``; keyed by what sets a step's time,
    threads and host included). A record also gives a job's seconds besides its steps (set-up,
    memory pass, evaluation, logging); the range is the spread of those runs' median step times;
 2. steps timed earlier by ``--plan`` (the cache);
@@ -15,6 +15,15 @@ with a range. Seconds per step come, best first, from:
    :data:`MIN_TIMED_STEPS`: seconds per variant however loaded the machine. The median is the
    estimate, the quartiles of the timed steps its range, and each job adds
    :data:`JOB_OVERHEAD_S` (plus :data:`EVAL_LENGTH_S` per longer evaluation length).
+
+Each measurement carries the share of its threads' time it had (``cpu_share``: about 1 alone, about
+0.5 where another process took half the core) and when it was taken. Measurements taken under load
+(a share below :data:`LOADED_SHARE`) are left out where others are at hand, so a busy spell does not
+set the estimate of later, quieter sweeps (a sweep under load is estimated from its loaded runs when
+there are no others, and says so). The text names where the step times come from and how old the
+newest is. Where variants' step times per training FLOP differ by more than :data:`FLOPS_SPREAD`
+times, ``--plan`` times them all now, interleaved (earlier measurements were taken at other moments),
+and the start line says so.
 
 Every job adds :data:`JOB_GAP_S` (between jobs, outside a record's clock); jobs that run at once
 (a parallel launcher) divide the total; ``--plan`` adds its own start-up and planning, which the
@@ -27,6 +36,7 @@ line (:func:`start_line`) reuse them; nothing is trained and nothing is written 
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,6 +49,7 @@ from ablate.planner import Planner, directory_conflict
 from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
+from ablate.pace import SweepEstimate
 from ablate.sweep import SweepPlan, job_signature
 
 # Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`
@@ -52,6 +63,8 @@ WARMUP_STEPS = 3      # untimed steps first: the first steps of a fresh model ar
 MIN_TIMED_STEPS = 5
 TIMING_STEPS = 40     # at most
 TIMING_CAP_S = 2.0    # seconds of timed steps per variant, after MIN_TIMED_STEPS
+LOADED_SHARE = 0.8    # a measurement whose steps had less of their threads' time was taken under load
+FLOPS_SPREAD = 3.0    # variants' seconds per FLOP this far apart: measured under other conditions
 
 
 @dataclass
@@ -64,6 +77,10 @@ class StepEstimate:
     other_s: float
     source: str  # "runs" (earlier records here), "timed" (timed here now), "timed earlier" (the cache)
     count: int   # runs, steps timed, or earlier timings
+    newest_at: float | None = None  # when the newest measurement used was taken (None: now)
+    loaded: bool = False            # every measurement at hand was taken under load (LOADED_SHARE)
+    left_out: int = 0               # measurements under load left out, quieter ones being at hand
+    cpu_share: float | None = None  # timed now: the share of its threads' time the timed steps had
 
     def job_seconds(self, steps: int, per_step: float | None = None) -> float:
         return steps * (self.step_s if per_step is None else per_step) + self.other_s + JOB_GAP_S
@@ -115,6 +132,9 @@ class Preview:
     parallel: int = 1          # jobs the launcher runs at once
     setup_s: float = 0.0       # start-up and planning, which the sweep repeats (--plan's own)
     rate_from: dict[str, str] = field(default_factory=dict)  # tune.rungs=smallest: variant -> whose rate it reuses
+    keys: dict[str, str] = field(default_factory=dict)       # variant -> its step-time cache key (ablate.step_times)
+    retimed: str | None = None     # --plan timed every variant now: earlier step times disagreed with the FLOPs
+    flops_note: str | None = None  # the start line's: earlier step times disagree with the FLOPs (not re-timed)
 
     @property
     def step_times(self) -> dict[str, float]:
@@ -180,10 +200,23 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
 
 
 def start_line(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> str:
+    """The line a sweep starts with (:func:`start`)."""
+    return start(planner, plan, sweep_dir)[0]
+
+
+def start(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> tuple[str, SweepEstimate | None]:
     """The line a sweep starts with: its jobs, those done, and the time left here when earlier runs
-    or timings of every variant still to run say (nothing is timed: a sweep starts at once)."""
+    or timings of every variant still to run say (nothing is timed: a sweep starts at once); and that
+    estimate, which the sweep's jobs check their steps against (``ablate.pace``; None without one)."""
     shown = _planned(planner, plan, Path(sweep_dir))
     _estimate(planner, plan, shown, time_steps=False)
+    return _start_text(shown, planner), (SweepEstimate(
+        at=time.time(), seconds=shown.seconds, jobs=len(shown.to_run),
+        step_s={shown.keys[v]: e.step_s for v, e in shown.estimates.items() if v in shown.keys})
+        if shown.to_run and shown.estimated else None)
+
+
+def _start_text(shown: Preview, planner: Planner) -> str:
     done = len(shown.jobs) - len(shown.to_run)
     line = f"[ablate] {len(shown.jobs)} jobs ({done} already done)"
     if not shown.to_run:
@@ -191,7 +224,9 @@ def start_line(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> str:
     if shown.estimated:
         low, high = shown.seconds_range
         spread = f"{duration_text(low)} to {duration_text(high)}, " if high - low >= 1 else ""
-        return line + f", about {duration_text(shown.seconds)} here ({spread}{_sources(shown)})"
+        note = (f"; note: {shown.flops_note}, measured at other moments (ablate --plan times them side by side)"
+                if shown.flops_note else "")
+        return line + f", about {duration_text(shown.seconds)} here ({spread}{_sources(shown)}){note}"
     return line + f"; for an estimate: ablate --plan {' '.join(planner.arguments)}".rstrip()
 
 
@@ -227,43 +262,88 @@ def _job_share(config: DictConfig, n_jobs: int) -> tuple[int, int]:
 
 
 def _estimate(planner: Planner, plan: SweepPlan, shown: Preview, time_steps: bool) -> None:
-    """Fill in ``shown``'s estimates: earlier runs, earlier timings, then (``time_steps``) timing here."""
-    from ablate.timing import device_name, recall, remember, step_time_key
+    """Fill in ``shown``'s estimates: earlier runs, earlier timings, then (``time_steps``) timing here;
+    ``time_steps`` also re-times every variant when their step times disagree with their FLOPs."""
+    from ablate.step_times import device_name, recall, remember, step_time_key
 
-    configs = {}  # one config per step time to find: each variant's (a fine-tune's: per task) first job
+    jobs = {}  # one job per step time to find: each variant's (a fine-tune's: per task) first job
     for job in shown.jobs:
-        if job.runs and job.variant not in configs:
-            configs[job.variant] = planner.compose(_rate_unset(job.overrides))
+        if job.runs and job.variant not in jobs:
+            jobs[job.variant] = _rate_unset(job.overrides)
+    configs = {variant: planner.compose(job) for variant, job in jobs.items()}
     threads, shown.parallel = _job_share(planner.config, len(plan.jobs))
     keys = {variant: step_time_key(cfg, threads, shown.parallel, device_name(cfg)) for variant, cfg in configs.items()}
+    shown.keys = keys
     found = _record_samples(shown.sweep_dir, plan)
     remember(found)
     untimed = {}
     for variant, key in keys.items():
         cached = recall(key)  # the sweep directory's records are there already, unless the cache cannot be written
         samples = cached + [s for s in found.get(key, []) if s["id"] not in {c.get("id") for c in cached}]
-        runs = [s for s in samples if s.get("source") == "runs"]
-        timings = [s for s in samples if s.get("source") == "timed"]
-        if runs:
-            steps = [s["step_s"] for s in runs]
-            other = [s["other_s"] for s in runs if s.get("other_s") is not None]
-            shown.estimates[variant] = StepEstimate(statistics.median(steps), min(steps), max(steps),
-                                                    statistics.median(other) if other else _allowance(configs[variant]),
-                                                    "runs", len(runs))
-        elif timings:
-            shown.estimates[variant] = StepEstimate(
-                statistics.median(s["step_s"] for s in timings), min(s.get("low_s") or s["step_s"] for s in timings),
-                max(s.get("high_s") or s["step_s"] for s in timings), _allowance(configs[variant]),
-                "timed earlier", len(timings))
+        estimate = _from_samples(samples, _allowance(configs[variant]))
+        if estimate is not None:
+            shown.estimates[variant] = estimate
         else:
             untimed[variant] = configs[variant]
+    spread = _flops_spread(planner, jobs, shown.estimates)
+    if spread is not None and time_steps:  # measured at other moments: time them all now, side by side
+        untimed = dict(configs)
+        shown.retimed = spread
+    elif spread is not None:
+        shown.flops_note = spread
     if time_steps and untimed:
         timed = time_variants(untimed, threads)
         shown.estimates.update(timed)
         remember({keys[v]: [{"step_s": e.step_s, "low_s": e.low_s, "high_s": e.high_s, "other_s": None,
-                             "source": "timed"}] for v, e in timed.items()})
+                             "source": "timed", "cpu_share": e.cpu_share}] for v, e in timed.items()})
     for job in shown.jobs:
         job.estimate = shown.estimates.get(job.variant) if job.runs else None
+
+
+def _from_samples(samples: list[dict[str, Any]], allowance: float) -> StepEstimate | None:
+    """A variant's estimate from its cached measurements: earlier runs first, else earlier timings;
+    of those, the ones taken with their threads' time (``cpu_share`` at least :data:`LOADED_SHARE`,
+    or not recorded) where there are any, else the loaded ones (``loaded``)."""
+    for source, name in (("runs", "runs"), ("timed", "timed earlier")):
+        mine = [s for s in samples if s.get("source") == source]
+        quiet = [s for s in mine if not _loaded(s)]
+        used = quiet or mine
+        if not used:
+            continue
+        steps = [s["step_s"] for s in used]
+        if source == "runs":
+            other = [s["other_s"] for s in used if s.get("other_s") is not None]
+            low, high, other_s = min(steps), max(steps), statistics.median(other) if other else allowance
+        else:
+            low = min(s.get("low_s") or s["step_s"] for s in used)
+            high, other_s = max(s.get("high_s") or s["step_s"] for s in used), allowance
+        return StepEstimate(statistics.median(steps), low, high, other_s, name, len(used),
+                            newest_at=max((s["at"] for s in used if s.get("at")), default=None),
+                            loaded=not quiet, left_out=len(mine) - len(used))
+    return None
+
+
+def _loaded(sample: dict[str, Any]) -> bool:
+    share = sample.get("cpu_share")
+    return isinstance(share, (int, float)) and share < LOADED_SHARE
+
+
+def _flops_spread(planner: Planner, jobs: dict[str, list[str]], estimates: dict[str, StepEstimate]) -> str | None:
+    """Where the variants' seconds per training FLOP (from earlier measurements) are more than
+    :data:`FLOPS_SPREAD` times apart: the slowest and the fastest per FLOP, in words; else None."""
+    def flops(variant: str) -> float:
+        cost = planner.cost(jobs[variant])
+        return cost["tokens_per_step"] * cost["flops_per_token"]
+
+    per_flop = {v: e.step_s / flops(v) for v, e in estimates.items() if flops(v) > 0}
+    if len(per_flop) < 2:
+        return None
+    slow, fast = max(per_flop, key=per_flop.get), min(per_flop, key=per_flop.get)
+    ratio = per_flop[slow] / per_flop[fast]
+    if ratio <= FLOPS_SPREAD:
+        return None
+    return (f"{slow} steps {estimates[slow].step_s / estimates[fast].step_s:.1f}x as long as {fast} "
+            f"at {flops(slow) / flops(fast):.2f}x its FLOPs")
 
 
 def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str, Any]]]:
@@ -274,7 +354,7 @@ def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str
 def record_samples(records: Iterable[Record]) -> dict[str, list[dict[str, Any]]]:
     """Step times of finished jobs' records, keyed as the cache keys them (``timing.remember`` takes
     them: a sweep's end feeds the next estimate)."""
-    from ablate.timing import step_time_key
+    from ablate.step_times import step_time_key
 
     found: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -287,8 +367,11 @@ def record_samples(records: Iterable[Record]) -> dict[str, list[dict[str, Any]]]
         key = step_time_key(record.config, metrics.torch_threads, metrics.concurrent_jobs or 1,
                             metrics.device or "cpu", host)
         other = max(0.0, metrics.wall_time_s - metrics.steps * median)
+        started = record.job.started_at
         found.setdefault(key, []).append({"step_s": median, "low_s": median, "high_s": median, "other_s": other,
-                                          "source": "runs", "id": f"{record.job.dir}@{record.job.started_at}"})
+                                          "source": "runs", "id": f"{record.job.dir}@{started}",
+                                          "cpu_share": metrics.cpu_share,
+                                          "at": started + metrics.wall_time_s if started else None})
     return found
 
 
@@ -320,23 +403,32 @@ def time_variants(configs: dict[str, DictConfig], threads: int | None = None) ->
     for key, entry in result["variants"].items():
         times = entry["step_time_s"]
         out[key] = StepEstimate(times["median"], times["q25"], times["q75"], _allowance(configs[key]), "timed",
-                                entry["timed_steps"])
+                                entry["timed_steps"], cpu_share=entry.get("cpu_share"))
     return out
 
 
 def _sources(plan: Preview) -> str:
-    """Where the step times came from, in words."""
-    used = [e for key, e in plan.estimates.items() if any(j.variant == key for j in plan.to_run)]
+    """Where the step times came from and how old they are, in words, with what was left out or
+    taken under load."""
+    used = {key: e for key, e in plan.estimates.items() if any(j.variant == key for j in plan.to_run)}
+    measured = list({plan.keys.get(key, key): e for key, e in used.items()}.values())  # variants may share step times
     parts = []
-    runs = sum(e.count for e in used if e.source == "runs")
-    if runs:
-        parts.append(f"from {runs} earlier run(s) here")
-    earlier = sum(e.count for e in used if e.source == "timed earlier")
-    if earlier:
-        parts.append(f"from {earlier} earlier timing(s) here")
-    timed = [e for e in used if e.source == "timed"]
+    for source, what in (("runs", "earlier run(s) here"), ("timed earlier", "earlier timing(s) here")):
+        mine = [e for e in measured if e.source == source]
+        if mine:
+            newest = max((e.newest_at for e in mine if e.newest_at), default=None)
+            age = f", the newest {duration_text(max(0.0, time.time() - newest))} old" if newest else ""
+            parts.append(f"from {sum(e.count for e in mine)} {what}{age}")
+    timed = [e for e in measured if e.source == "timed"]
     if timed:
         parts.append(f"{sum(e.count for e in timed)} steps timed now, the quartiles of their times")
+    left = sum(e.left_out for e in measured)
+    if left:
+        parts.append(f"{left} taken under load left out")
+    loaded = [key for key, e in used.items() if e.loaded or (e.cpu_share is not None and e.cpu_share < LOADED_SHARE)]
+    if loaded:
+        parts.append(f"{', '.join(loaded)} timed under load only (steps with under {LOADED_SHARE:.0%} of their "
+                     "threads' time): the estimate holds while the machine stays this busy")
     return "; ".join(parts)
 
 
@@ -369,6 +461,9 @@ def render(plan: Preview) -> str:
         lines.append(f"estimated time on this machine, {at_once}: about {duration_text(plan.seconds)} "
                      f"({spread}; step times {_sources(plan)})")
         setup = f"{duration_text(plan.setup_s)} of start-up and planning, " if plan.setup_s else ""
+        if plan.retimed:
+            lines.append(f"  every variant timed now, side by side: earlier step times disagreed with the FLOPs "
+                         f"({plan.retimed}), measured at other moments")
         lines.append(f"  includes {setup}each job's set-up, evaluation and logging (from its records where "
                      f"there are, else ~{JOB_OVERHEAD_S:g} s + {EVAL_LENGTH_S:g} s per longer evaluation "
                      f"length) and ~{JOB_GAP_S:g} s between jobs")

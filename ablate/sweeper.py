@@ -67,9 +67,15 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     except SweepError as error:
         print(f"ablate: {error}", file=sys.stderr)
         sys.exit(2)
-    from ablate.preview import start_line
+    from ablate.pace import SweepEstimate
+    from ablate.preview import start
 
-    print(start_line(planner, plan, sweep_dir), flush=True)  # earlier runs' step times only: nothing is timed
+    line, estimate = start(planner, plan, sweep_dir)  # earlier runs' step times only: nothing is timed
+    print(line, flush=True)
+    if estimate is not None:
+        estimate.write(sweep_dir)  # the jobs check their steps against it (ablate.pace)
+    else:
+        SweepEstimate.clear(sweep_dir)
     launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
     if uses_wandb(config.logger) and launcher in ("joblib", "submitit_local"):
         from ablate.tracking import share_service

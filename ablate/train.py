@@ -130,6 +130,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     metrics.update(metric=data.metric, params=model.num_params(), flops_per_token=fpt, lr=float(cfg.optim.lr),
                    torch_threads=torch.get_num_threads(), concurrent_jobs=job.parallel_jobs, cpu_cores=job.cores)
     speed = SpeedMeter(cfg.measure.warmup_steps)
+    pace = _pace_check(cfg, job, speed)
     curve = LearningCurve(data.eval_batches(data.seq_len, "validation"),
                           curve_steps(int(cfg.trainer.max_steps), evaluation.every, evaluation.early_fraction),
                           tokens_per_step, fpt)
@@ -137,7 +138,7 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     if run is not None:  # the dashboard draws val/* against the step: grouped runs get a mean and a band
         run.define_metric("trainer/global_step")
         run.define_metric("val/*", step_metric="trainer/global_step")
-    callbacks = [speed, curve] + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg, job.dir)
+    callbacks = [speed, curve] + ([pace] if pace else []) + ([checkpointer] if checkpointer is not None else []) + configured_callbacks(cfg, job.dir)
     if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(StepProgressBar())  # one of the user's own (callbacks group) wins
     trainer = make_trainer(cfg, _loggers(cfg, job, run), callbacks, job.dir)
@@ -201,6 +202,19 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
         data.task.add_bits_per_byte(evals, lambda length: data.eval_batches(length, "test"))
         metrics.update(**{k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
     metrics.eval = {length: Score(**e) for length, e in evals.items()}
+
+
+def _pace_check(cfg: DictConfig, job: Job, meter: Any) -> Any:
+    """The check of this job's steps against its sweep's first estimate (``ablate.pace``); None for a
+    single run, and where the sweep started without an estimate of this job's steps."""
+    if job.sweep_dir is None:
+        return None
+    from ablate.lit import PaceCheck
+    from ablate.step_times import device_name, step_time_key
+
+    key = step_time_key(cfg, torch.get_num_threads(), job.parallel_jobs or 1, device_name(cfg))  # as its record's
+    check = PaceCheck(meter, job.sweep_dir, key)
+    return check if check.active else None
 
 
 def _pretrained(cfg: DictConfig, job: Job, entry: FinetuneEntry | None) -> Pretrained:

@@ -17,7 +17,7 @@ from warm import WarmCli, WarmProcess
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 # Step times measured by tests (ablate --plan, sweeps) go to a cache of their own, not the user's
-# (ablate.timing.cache_path); the processes the tests start inherit it.
+# (ablate.step_times.cache_path); the processes the tests start inherit it.
 os.environ.setdefault("ABLATE_CACHE_DIR", tempfile.mkdtemp(prefix="ablate-test-cache-"))
 
 

@@ -1,15 +1,19 @@
 """A speed column under a real CPU hog (docs/measurements.md, "Speed on a shared machine").
 
 A sweep of two variants that cost the same (two learning rates), pinned to one core with
-``taskset``; a busy-looping process pinned to the same core runs during the second variant's job
-only. That variant's steps then get about half the core: its speed must not read more than ~10%
-slower in the table without the cell saying it was timed under another load. In its own file, so
-that under ``--dist loadfile`` it shares a worker with nothing else."""
+``taskset``, runs once quietly (its records give the next sweep's estimate), then again into
+another directory while a busy-looping process pinned to the same core runs during the second
+variant's job only. That variant's steps then get about half the core: its speed must not read more
+than ~10% slower in the table without the cell saying it was timed under another load; the job says
+that its steps run slower than the sweep's estimate; and its record, timed under load, does not set
+later estimates while the quiet ones are at hand. In its own file, so that under ``--dist loadfile``
+it shares a worker with nothing else."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -21,18 +25,26 @@ import pytest
 from conftest import BIN, cli_env, records
 
 from ablate.compose import tiny_overrides
+from ablate.preview import LOADED_SHARE, _from_samples
+from ablate.step_times import cache_path
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not shutil.which("taskset") or not hasattr(os, "sched_getaffinity"),
                                  reason="pins processes to a core with taskset (Linux)")]
 
 
-def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: Path) -> None:
+def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     core = str(min(os.sched_getaffinity(0)))
+    env = cli_env(ABLATE_CACHE_DIR=str(tmp_path / "cache"))  # this test's step times only
+    common = ["-m", "optim.lr=1e-3,2e-3", "seed=0", *tiny_overrides("logger=none", "trainer.max_steps=300"),
+              "eval.every=0", "measure.memory=false"]
+    quiet = subprocess.run(["taskset", "-c", core, str(BIN / "ablate"), *common, f"hydra.sweep.dir={tmp_path / 'quiet'}"],
+                           cwd=tmp_path, env=env, text=True, capture_output=True, timeout=240)
+    assert quiet.returncode == 0 and "than estimated" not in quiet.stdout, quiet.stderr[-3000:]
     sweep = tmp_path / "sweep"
-    args = ["-m", "optim.lr=1e-3,2e-3", "seed=0", *tiny_overrides("logger=none", "trainer.max_steps=300"),
-            "eval.every=0", "measure.memory=false", f"hydra.sweep.dir={sweep}"]
-    run = subprocess.Popen(["taskset", "-c", core, str(BIN / "ablate"), *args], cwd=tmp_path, env=cli_env(),
+    args = [*common, f"hydra.sweep.dir={sweep}"]
+    run = subprocess.Popen(["taskset", "-c", core, str(BIN / "ablate"), *args], cwd=tmp_path, env=env,
                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     hog = None
     try:
@@ -47,6 +59,10 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
             if process is not None and process.poll() is None:
                 process.kill()
     assert run.returncode == 0, err[-3000:]
+    assert "2 jobs (0 already done), about" in out and "from 2 earlier run(s) here" in out, out[-3000:]
+    said = [line for line in out.splitlines() if "than estimated" in line]
+    assert said and said[0].startswith("[ablate] slower than estimated"), out[-3000:]
+    print(f"\n{said[0]}")
 
     shares = {r["config"]["optim"]["lr"]: r["metrics"]["cpu_share"] for r in records(sweep)}
     assert shares[0.002] < shares[0.001] - 0.2, shares  # the hog took its share of the second variant's core
@@ -56,3 +72,10 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
     assert float(hogged["speed_ratio"]) >= 0.9 or marked, (hogged["speed_ratio"], shares)
     print(f"\ncpu_share {shares}, speed ratio {hogged['speed_ratio']}")
     assert marked and "timed under another load than the baseline" in (sweep / "table.md").read_text().replace("\\", "")
+
+    # the sweep's end cached its records' step times; the hogged one is left out of later estimates
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    (samples,) = [entry["samples"] for entry in json.loads(cache_path().read_text()).values()]
+    assert len(samples) == 4 and sum(s["cpu_share"] < LOADED_SHARE for s in samples) == 1, samples
+    estimate = _from_samples(samples, 0.0)
+    assert estimate.left_out == 1 and not estimate.loaded

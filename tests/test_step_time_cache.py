@@ -1,4 +1,4 @@
-"""The per-user cache of step times (``ablate.timing``) is advisory: a malformed one never stops
+"""The per-user cache of step times (``ablate.step_times``) is advisory: a malformed one never stops
 ``--plan``, a sweep's start or its end. Each bad entry is left out with one note naming the cache
 file and the entry; the good ones still give their estimates; ``remember`` writes the good ones
 back. In process: test_planner's planner, ``preview`` and ``start_line`` as ``--plan`` and a
@@ -18,7 +18,7 @@ from test_planner import planner
 
 from ablate import preview as preview_module
 from ablate.preview import preview, render, start_line
-from ablate.timing import cache_path, recall, remember
+from ablate.step_times import cache_path, recall, remember
 
 FIRST = "qkv_sharing=independent"   # the variant whose entry is made bad
 SECOND = "qkv_sharing=qk_shared"    # the variant whose entry stays good
@@ -48,7 +48,7 @@ def good_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _first_key(p, plan) -> str:
     """The cache key of FIRST's step times (where ``--plan`` looks them up)."""
     from ablate.preview import _job_share
-    from ablate.timing import device_name, step_time_key
+    from ablate.step_times import device_name, step_time_key
 
     cfg = p.compose(plan.jobs[0])
     threads, parallel = _job_share(p.config, len(plan.jobs))
