@@ -126,8 +126,7 @@ class SweepCallbacks(Callback):
     @staticmethod
     def _remember_step_times(records: list[Record]) -> None:
         """Advisory: a cache that cannot be written costs later estimates only, never the sweep's end."""
-        from ablate.preview import record_samples
-        from ablate.step_times import remember
+        from ablate.step_times import record_samples, remember
 
         try:
             remember(record_samples(records))

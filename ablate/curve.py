@@ -28,7 +28,7 @@ def curve_steps(max_steps: int, every: int, early_fraction: float = 0.25) -> lis
 
 class LearningCurve(pl.Callback):
     """Evaluates the model on the validation split at ``steps`` (:func:`curve_steps`) during
-    training, outside the timed steps (``measure.SpeedMeter`` stops its clock first): ``history``
+    training, outside the timed steps (``meters.SpeedMeter`` stops its clock first): ``history``
     holds ``{step, tokens, flops, loss, accuracy}`` per point, ``tokens`` and ``flops`` being what
     training had consumed by then. Each point goes to the trainer's loggers as ``val/*`` against the
     step; ``on_point`` (if given) sees each as well."""

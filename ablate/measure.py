@@ -1,7 +1,7 @@
 """Speed and utilisation of a training step, as docs/measurements.md defines them (memory: ``ablate.memory``).
 
 Speed
-    ``lit.SpeedMeter`` is a Lightning callback that times every training step of a ``fit``
+    ``meters.SpeedMeter`` is a Lightning callback that times every training step of a ``fit``
     (forward + backward + optimizer step, nothing else) and reports training throughput as
     the median over the timed steps, after warm-up steps, of ``tokens / step time``.
     :func:`summarize_times` is the one place where step times become that summary; the

@@ -4,7 +4,7 @@ A sweep's first line estimates its time from step times measured here earlier (`
 The machine may be busier now than then. So the sweep leaves that estimate in its directory
 (:class:`SweepEstimate`, ``estimate.json``: when, the total, and each kind of job's seconds per step,
 by its step-time cache key), and each job compares the steps it actually takes with it
-(``ablate.lit.PaceCheck``, through :func:`pace_line`): once a job has :data:`MIN_STEPS` timed steps, and
+(``ablate.meters.PaceCheck``, through :func:`pace_line`): once a job has :data:`MIN_STEPS` timed steps, and
 every :data:`CHECK_EVERY` steps after, the median of its last :data:`MIN_STEPS` step times against its
 estimate. Beyond :data:`DEPARTURE` times either way, one line says so, with the job's and the
 sweep's remaining time re-estimated at this pace. Step times only: time a job spent waiting (a

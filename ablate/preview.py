@@ -39,7 +39,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -50,6 +50,7 @@ from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
 from ablate.pace import SweepEstimate
+from ablate.step_times import LOADED_SHARE, loaded
 from ablate.sweep import SweepPlan, job_signature
 
 # Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`
@@ -63,7 +64,6 @@ WARMUP_STEPS = 3      # untimed steps first: the first steps of a fresh model ar
 MIN_TIMED_STEPS = 5
 TIMING_STEPS = 40     # at most
 TIMING_CAP_S = 2.0    # seconds of timed steps per variant, after MIN_TIMED_STEPS
-LOADED_SHARE = 0.8    # a measurement whose steps had less of their threads' time was taken under load
 FLOPS_SPREAD = 3.0    # variants' seconds per FLOP this far apart: measured under other conditions
 
 
@@ -306,7 +306,7 @@ def _from_samples(samples: list[dict[str, Any]], allowance: float) -> StepEstima
     or not recorded) where there are any, else the loaded ones (``loaded``)."""
     for source, name in (("runs", "runs"), ("timed", "timed earlier")):
         mine = [s for s in samples if s.get("source") == source]
-        quiet = [s for s in mine if not _loaded(s)]
+        quiet = [s for s in mine if not loaded(s)]
         used = quiet or mine
         if not used:
             continue
@@ -321,11 +321,6 @@ def _from_samples(samples: list[dict[str, Any]], allowance: float) -> StepEstima
                             newest_at=max((s["at"] for s in used if s.get("at")), default=None),
                             loaded=not quiet, left_out=len(mine) - len(used))
     return None
-
-
-def _loaded(sample: dict[str, Any]) -> bool:
-    share = sample.get("cpu_share")
-    return isinstance(share, (int, float)) and share < LOADED_SHARE
 
 
 def _flops_spread(planner: Planner, jobs: dict[str, list[str]], estimates: dict[str, StepEstimate]) -> str | None:
@@ -348,31 +343,9 @@ def _flops_spread(planner: Planner, jobs: dict[str, list[str]], estimates: dict[
 
 def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str, Any]]]:
     """Step times of the sweep directory's finished jobs, keyed as the cache keys them."""
+    from ablate.step_times import record_samples
+
     return record_samples(r for r in (read_record(sweep_dir / job_dir_name(job)) for job in plan.jobs) if r)
-
-
-def record_samples(records: Iterable[Record]) -> dict[str, list[dict[str, Any]]]:
-    """Step times of finished jobs' records, keyed as the cache keys them (``timing.remember`` takes
-    them: a sweep's end feeds the next estimate)."""
-    from ablate.step_times import step_time_key
-
-    found: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        metrics = record.metrics
-        median = (metrics.step_time_s or {}).get("median")
-        if not (record.ok and median and record.config and metrics.steps and metrics.wall_time_s) \
-                or metrics.resumed_from_step:
-            continue  # a resumed job's clock holds only its last attempt
-        host = (record.job.slurm or {}).get("node")  # None: this machine
-        key = step_time_key(record.config, metrics.torch_threads, metrics.concurrent_jobs or 1,
-                            metrics.device or "cpu", host)
-        other = max(0.0, metrics.wall_time_s - metrics.steps * median)
-        started = record.job.started_at
-        found.setdefault(key, []).append({"step_s": median, "low_s": median, "high_s": median, "other_s": other,
-                                          "source": "runs", "id": f"{record.job.dir}@{started}",
-                                          "cpu_share": metrics.cpu_share,
-                                          "at": started + metrics.wall_time_s if started else None})
-    return found
 
 
 def _allowance(cfg: DictConfig) -> float:

@@ -19,15 +19,24 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.paths import user_cache
+from ablate.record import Record
 
 SAMPLES_PER_KEY = 8   # newest measurements kept per key
 MAX_KEYS = 500        # settings kept (the least recently measured go first)
+LOADED_SHARE = 0.8    # a measurement whose steps had less of their threads' time was taken under load
+
+
+def loaded(sample: dict[str, Any]) -> bool:
+    """Whether a measurement was taken under load (its ``cpu_share`` under :data:`LOADED_SHARE`;
+    one recorded without a share counts as quiet)."""
+    share = sample.get("cpu_share")
+    return isinstance(share, (int, float)) and share < LOADED_SHARE
 
 
 def bench_device(cfg: DictConfig) -> torch.device:
@@ -171,3 +180,25 @@ def remember(samples: dict[str, list[dict[str, Any]]]) -> None:
         write_json_atomic(path, {k: cache[k] for k in newest})
     except OSError:
         pass
+
+
+def record_samples(records: Iterable[Record]) -> dict[str, list[dict[str, Any]]]:
+    """Step times of finished jobs' records, keyed as the cache keys them (:func:`remember` takes
+    them: a sweep's end feeds the next estimate)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        metrics = record.metrics
+        median = (metrics.step_time_s or {}).get("median")
+        if not (record.ok and median and record.config and metrics.steps and metrics.wall_time_s) \
+                or metrics.resumed_from_step:
+            continue  # a resumed job's clock holds only its last attempt
+        host = (record.job.slurm or {}).get("node")  # None: this machine
+        key = step_time_key(record.config, metrics.torch_threads, metrics.concurrent_jobs or 1,
+                            metrics.device or "cpu", host)
+        other = max(0.0, metrics.wall_time_s - metrics.steps * median)
+        started = record.job.started_at
+        found.setdefault(key, []).append({"step_s": median, "low_s": median, "high_s": median, "other_s": other,
+                                          "source": "runs", "id": f"{record.job.dir}@{started}",
+                                          "cpu_share": metrics.cpu_share,
+                                          "at": started + metrics.wall_time_s if started else None})
+    return found

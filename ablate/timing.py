@@ -88,7 +88,7 @@ def interleaved(configs: dict[str, DictConfig], rounds: int = 20, steps_per_roun
 def _tokens_per_s(variant: _Variant) -> dict[str, Any]:
     """bench.json's per-variant entry: tokens/s min/median/max over the timed steps, each round's
     tokens/s, the step times' quartiles (``ablate --plan``'s range) and, on a CPU, the share of its
-    threads' time the steps had (``cpu_share``: as a run records it, ``ablate.lit.SpeedMeter``)."""
+    threads' time the steps had (``cpu_share``: as a run records it, ``ablate.meters.SpeedMeter``)."""
     from ablate.measure import summarize_times
 
     times, tokens_per_step = variant.times, variant.tokens_per_step

@@ -110,7 +110,8 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
     from pytorch_lightning.callbacks import ProgressBar
 
     from ablate.curve import LearningCurve, curve_steps, early_stop_entry, model_checkpoint_entry
-    from ablate.lit import SpeedMeter, StepProgressBar, masked_loss
+    from ablate.lit import StepProgressBar, masked_loss
+    from ablate.meters import SpeedMeter
     from ablate.memory import measure_training_memory
     from ablate.optim import make_optimizer
 
@@ -209,7 +210,7 @@ def _pace_check(cfg: DictConfig, job: Job, meter: Any) -> Any:
     single run, and where the sweep started without an estimate of this job's steps."""
     if job.sweep_dir is None:
         return None
-    from ablate.lit import PaceCheck
+    from ablate.meters import PaceCheck
     from ablate.step_times import device_name, step_time_key
 
     key = step_time_key(cfg, torch.get_num_threads(), job.parallel_jobs or 1, device_name(cfg))  # as its record's

@@ -19,7 +19,7 @@ the layers below it, never above:
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.curve, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
                     ablate.settings, ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
-                    ablate.run, ablate.timing, ablate.step_times, ablate.pace, ablate.finetune
+                    ablate.run, ablate.timing, ablate.step_times, ablate.pace, ablate.meters, ablate.finetune
     planning        ablate.planner, ablate.tuning, ablate.finetune_plan, ablate.preview
     report          ablate.report.*
     entry points    ablate.cli, ablate.sweeper, ablate.callbacks, ablate.bench, ablate.report.cli
@@ -45,7 +45,7 @@ LAYERS = {
     "training": ["ablate.lit", "ablate.curve", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",
                  "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
-                 "ablate.run", "ablate.timing", "ablate.step_times", "ablate.pace", "ablate.finetune"],
+                 "ablate.run", "ablate.timing", "ablate.step_times", "ablate.pace", "ablate.meters", "ablate.finetune"],
     "planning": ["ablate.planner", "ablate.tuning", "ablate.finetune_plan", "ablate.preview"],
     "report": ["ablate.report"],
     "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli",

@@ -20,9 +20,9 @@ from ablate.compose import tiny_overrides
 from ablate.console import duration_text
 from ablate.job import Job
 from ablate.pace import DEPARTURE, ESTIMATE_FILE, MIN_STEPS, SweepEstimate, departure, jobs_left, pace_line
-from ablate.preview import LOADED_SHARE, preview, render, start, start_line
+from ablate.preview import preview, render, start, start_line
 from ablate.run import run_job
-from ablate.step_times import cache_path
+from ablate.step_times import LOADED_SHARE, cache_path
 
 FIRST, SECOND = "qkv_sharing=independent", "qkv_sharing=qk_shared"
 

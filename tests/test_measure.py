@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from ablate.lit import SpeedMeter
+from ablate.meters import SpeedMeter
 from ablate.measure import summarize_times
 from ablate.memory import measure_training_memory
 

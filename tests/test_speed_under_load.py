@@ -25,8 +25,8 @@ import pytest
 from conftest import BIN, cli_env, records
 
 from ablate.compose import tiny_overrides
-from ablate.preview import LOADED_SHARE, _from_samples
-from ablate.step_times import cache_path
+from ablate.preview import _from_samples
+from ablate.step_times import LOADED_SHARE, cache_path
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not shutil.which("taskset") or not hasattr(os, "sched_getaffinity"),

@@ -131,7 +131,7 @@ def test_a_file_that_is_no_cache_is_ignored_and_kept_aside(form: str, good_cache
 
 def test_a_sweeps_end_keeps_its_step_times_beside_a_bad_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a sweep's end does with its records' step times (``remember(record_samples(...))``)."""
-    from ablate.preview import record_samples
+    from ablate.step_times import record_samples
     from ablate.record import JobEntry, Metrics, Record
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
