@@ -36,7 +36,7 @@ from typing import Any, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
-from ablate.report.finetune_table import build_finetune_table, has_finetunes
+from ablate.report.finetune_rows import build_finetune_table, has_finetunes
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
 from ablate.record import Record
