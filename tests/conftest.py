@@ -148,11 +148,13 @@ def wandb_run_info(run_dir: str | Path) -> dict:
 # longest files go first, so that the run does not end with one worker busy on a long file while the
 # other waits (longest-first scheduling); the rest keep pytest's order. Figures from
 # `pytest -n 2 --dist loadfile -m slow --durations=0`, summed per file (seconds, two workers).
-LONGEST_FILES = ["test_reliability.py", "test_hostile.py", "test_concurrency.py", "test_gpu_path.py",
-                 "test_launchers.py", "test_finetune.py", "test_downstream.py", "test_slurm.py", "test_sweepers.py", "test_jobdirs.py", "test_checkpoint.py",
-                 "test_sweeper.py", "test_cli.py", "test_newcomer.py", "test_install.py", "test_tokens.py",
-                 "test_planner.py", "test_patterns.py", "test_configs.py", "test_ladder_table.py", "test_table_run.py",
-                 "test_ddp.py", "test_wandb_dashboard.py", "test_finetune_table.py", "test_sweep_end.py"]
+LONGEST_FILES = ["test_downstream.py", "test_slurm.py", "test_finetune.py", "test_launchers.py", "test_concurrency.py",
+                 "test_hostile.py", "test_reliability.py", "test_gpu_path.py", "test_install.py", "test_tokens.py",
+                 "test_planner.py", "test_newcomer.py", "test_configs.py", "test_jobdirs.py", "test_sweeper.py",
+                 "test_sweepers.py", "test_cli.py", "test_speed_under_load.py", "test_wandb_dashboard.py",
+                 "test_ladder_table.py", "test_patterns.py", "test_checkpoint.py", "test_mup.py", "test_table_run.py",
+                 "test_finetune_table.py", "test_estimate_conditions.py", "test_confounds.py", "test_ddp.py",
+                 "test_sweep_end.py"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

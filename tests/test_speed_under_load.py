@@ -2,8 +2,8 @@
 
 A sweep of two variants that cost the same (two learning rates), pinned to one core with
 ``taskset``, runs once quietly (its records give the next sweep's estimate), then again into
-another directory while a busy-looping process pinned to the same core runs during the second
-variant's job only. That variant's steps then get about half the core: its speed must not read more
+another directory while two busy-looping processes pinned to the same core run during the second
+variant's job only. That variant's steps then get about a third of the core: its speed must not read more
 than ~10% slower in the table without the cell saying it was timed under another load; the job says
 that its steps run slower than the sweep's estimate; and its record, timed under load, does not set
 later estimates while the quiet ones are at hand. In its own file, so that under ``--dist loadfile``
@@ -26,7 +26,7 @@ from conftest import BIN, cli_env, records
 
 from ablate.compose import tiny_overrides
 from ablate.preview import _from_samples
-from ablate.step_times import LOADED_SHARE, cache_path
+from ablate.step_times import cache_path, loaded
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not shutil.which("taskset") or not hasattr(os, "sched_getaffinity"),
@@ -46,22 +46,24 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
     args = [*common, f"hydra.sweep.dir={sweep}"]
     run = subprocess.Popen(["taskset", "-c", core, str(BIN / "ablate"), *args], cwd=tmp_path, env=env,
                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    hog = None
+    hogs: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + 180
         while not list(sweep.glob("*lr=0.002*")):  # the second variant's job has started
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
             time.sleep(0.05)
-        hog = subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"])
+        # two hogs: the job keeps at most a third of the core, a clear step back even where the quiet
+        # sweep itself shared the core with another process of a busy test run
+        hogs = [subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         out, err = run.communicate(timeout=240)
     finally:
-        for process in (hog, run):
-            if process is not None and process.poll() is None:
+        for process in (*hogs, run):
+            if process.poll() is None:
                 process.kill()
     assert run.returncode == 0, err[-3000:]
     assert "2 jobs (0 already done), about" in out and "from 2 earlier run(s) here" in out, out[-3000:]
-    said = [line for line in out.splitlines() if "than estimated" in line]
-    assert said and said[0].startswith("[ablate] slower than estimated"), out[-3000:]
+    said = [line for line in out.splitlines() if line.startswith("[ablate] slower than estimated")]
+    assert said, out[-3000:]  # (a first job quieter than the quiet sweep may say "faster" first)
     print(f"\n{said[0]}")
 
     shares = {r["config"]["optim"]["lr"]: r["metrics"]["cpu_share"] for r in records(sweep)}
@@ -76,6 +78,7 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
     # the sweep's end cached its records' step times; the hogged one is left out of later estimates
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     (samples,) = [entry["samples"] for entry in json.loads(cache_path().read_text()).values()]
-    assert len(samples) == 4 and sum(s["cpu_share"] < LOADED_SHARE for s in samples) == 1, samples
+    under_load = sum(loaded(s) for s in samples)  # the hogged run's; on a quiet machine the only one
+    assert len(samples) == 4 and loaded(min(samples, key=lambda s: s["cpu_share"])), samples
     estimate = _from_samples(samples, 0.0)
-    assert estimate.left_out == 1 and not estimate.loaded
+    assert (estimate.left_out, estimate.loaded) == ((under_load, False) if under_load < 4 else (0, True)), samples

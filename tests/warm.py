@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -213,6 +214,7 @@ class WarmCli:
         if self._server is not None and self._server.poll() is None:
             self._server.kill()
             self._server.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
