@@ -6,8 +6,8 @@
 setup:
 	@bash scripts/setup.sh
 
-main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at the end
-	.venv/bin/ablate -m experiment=qkv_sharing
+main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at the end (2 jobs at once, re-timed at the end)
+	.venv/bin/ablate -m experiment=qkv_sharing hydra/launcher=joblib
 
 test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; its measured time on 2 cores: README)
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile

@@ -44,6 +44,38 @@ def _trained_elsewhere(sweep_dir: Path) -> list[str]:
     return sorted(d.name for d in sweep_dir.iterdir() if d.is_dir() and lock_holder(d) is not None)
 
 
+def _retime(config: DictConfig, sweep: Any, table: Any) -> bool:
+    """Whether the sweep's end times its variants again, interleaved, for the speed column
+    (``measure.retime``): ``always``; ``auto`` where its jobs ran at once or a speed cell was timed
+    under another load than its baseline's. Never for a smoke test, a sweep with a ``bench.json``
+    already, or one variant."""
+    mode = str(config.get("measure", {}).get("retime", "auto"))
+    rows = getattr(table, "rows", [])
+    if mode == "never" or sweep.bench is not None or len(rows) < 2 or bool(config.get("smoke")):
+        return False
+    shared = any((r.metrics.concurrent_jobs or 1) > 1 for r in sweep.records if r.ok)
+    loaded = any(getattr(row, "speed_doubt", ("", ""))[0] == "load" for row in rows)
+    return mode == "always" or shared or loaded
+
+
+def _retimed(sweep: Any) -> Any:
+    """The sweep with an interleaved timing of its variants (``ablate.bench.bench_sweep``) as its
+    ``bench.json``, as ``ablate-table --bench --save`` leaves it."""
+    import dataclasses
+    import json
+
+    from ablate.bench import bench_sweep
+    from ablate.report.records import BENCH_FILE
+    from ablate.report.publish import write_atomic
+
+    started = time.perf_counter()
+    print("[ablate] timing the variants again, interleaved, for the speed column (measure.retime)", flush=True)
+    bench = bench_sweep([r for r in sweep.records if r.ok])
+    write_atomic(sweep.sweep_dir / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
+    print(f"[ablate] re-timed in {time.perf_counter() - started:.0f} s: {BENCH_FILE} (ablate-table --bench redoes it)")
+    return dataclasses.replace(sweep, bench=bench)
+
+
 class SweepCallbacks(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._started = time.monotonic()  # the sweep's wall time, said at its end
@@ -99,6 +131,9 @@ class SweepCallbacks(Callback):
                 sweep = load_sweep(sweep_dir)  # read once: the table, the page, the figures and wandb use it
                 records = sweep.records
                 table = build_table(sweep) if records else None
+                if table is not None and _retime(config, sweep, table):
+                    sweep = _retimed(sweep)
+                    table = build_table(sweep)
                 if table is not None:
                     print(render(table, "terminal", path=str(sweep_dir)))
             except Exception as error:  # noqa: BLE001 - named below with the command that redoes it

@@ -30,7 +30,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -60,6 +60,9 @@ class MeasureSettings:
     warmup_steps: NonNegativeInt = 20  # training steps not timed (compilation, allocator warm-up)
     memory: bool = True                # account peak training memory
     peak_flops: PositiveFloat | None = None  # the device's peak FLOP/s for MFU (None: PEAK_FLOPS by name)
+    # at the sweep's end, time the variants again interleaved (ablate-table --bench --save) for the speed
+    # column: auto where its jobs ran at once or a speed cell was timed under another load (ablate.callbacks)
+    retime: Literal["auto", "always", "never"] = "auto"
 
 
 #: Dense (no 2:4 sparsity) peak FLOP/s by the device's FULL name as ``torch.cuda.get_device_name()``
