@@ -137,9 +137,9 @@ class PaceCheck(pl.Callback):
             return
         self.said = True
         steps_left = max(0, int(trainer.max_steps) - trainer.global_step)
-        print(pace_line(self.estimate, self.expected_s, pace, steps_left, jobs_left(self.sweep_dir, self.estimate)),
-              flush=True)
-        remember_said(self.sweep_dir, pace)
+        line = pace_line(self.estimate, self.expected_s, pace, steps_left, jobs_left(self.sweep_dir, self.estimate))
+        print(line, flush=True)
+        remember_said(self.sweep_dir, pace, line)
 
 
 class _StepClockStart(pl.Callback):

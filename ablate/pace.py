@@ -33,13 +33,15 @@ CHECK_EVERY = 10  # steps between two looks
 class SweepEstimate:
     """The estimate a sweep started with: ``at`` (when), ``seconds`` (the jobs still to run then,
     ``jobs`` of them, set-up included), and ``step_s`` (step-time cache key -> seconds per step);
-    ``said``: the pace (actual over estimated step time) a job last reported, None before any."""
+    ``said``: the pace (actual over estimated step time) a job last reported, None before any, and
+    ``said_line`` its line (the sweep's launching process prints it where jobs log to files: submitit)."""
 
     at: float
     seconds: float
     jobs: int
     step_s: dict[str, float] = field(default_factory=dict)
     said: float | None = None
+    said_line: str | None = None
 
     def write(self, sweep_dir: str | Path) -> None:
         write_json_atomic(Path(sweep_dir) / ESTIMATE_FILE, asdict(self))
@@ -58,7 +60,8 @@ class SweepEstimate:
             data = json.loads((Path(sweep_dir) / ESTIMATE_FILE).read_text())
             return cls(at=float(data["at"]), seconds=float(data["seconds"]), jobs=int(data["jobs"]),
                        step_s={str(k): float(v) for k, v in data["step_s"].items()},
-                       said=None if data.get("said") is None else float(data["said"]))
+                       said=None if data.get("said") is None else float(data["said"]),
+                       said_line=None if data.get("said_line") is None else str(data["said_line"]))
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -104,11 +107,12 @@ def jobs_left(sweep_dir: Path, estimate: SweepEstimate) -> int:
     return max(1, estimate.jobs - ended)
 
 
-def remember_said(sweep_dir: Path, pace: float) -> None:
-    """Note in the sweep's estimate the pace a job just reported (later jobs say only another one)."""
+def remember_said(sweep_dir: Path, pace: float, line: str) -> None:
+    """Note in the sweep's estimate the pace a job just reported and its line (later jobs say only
+    another pace; under submitit the launching process prints the line)."""
     estimate = SweepEstimate.read(sweep_dir)
     if estimate is not None:
-        estimate.said = pace
+        estimate.said, estimate.said_line = pace, line
         try:
             estimate.write(sweep_dir)
         except OSError:

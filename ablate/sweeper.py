@@ -189,11 +189,13 @@ def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
 
 class _JobLines:
     """Under submitit a job's output goes to its log file, so the launching process prints each job's
-    line (``run.job_line``) as its record appears; under the other launchers the job prints it."""
+    line (``run.job_line``) as its record appears, and a job's line on its pace against the sweep's
+    estimate (``ablate.pace``) as it is noted; under the other launchers the job prints them."""
 
     def __init__(self, sweep_dir: Path, active: bool, poll_s: float = 1.0) -> None:
         self.sweep_dir, self.active, self.poll_s = sweep_dir.resolve(), active, poll_s
         self._seen: dict[Path, int] = {}
+        self._said: str | None = None  # the pace line printed last
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="ablate-job-lines", daemon=True)
 
@@ -231,6 +233,17 @@ class _JobLines:
             record = read_record(path.parent)
             if say and record is not None:
                 Console(highlight=False, soft_wrap=True).print(job_line(record, job_name(record.overrides)))
+        self._say_pace(say)
+
+    def _say_pace(self, say: bool) -> None:
+        from ablate.pace import SweepEstimate
+
+        estimate = SweepEstimate.read(self.sweep_dir)
+        line = estimate.said_line if estimate is not None else None
+        if line and line != self._said:
+            self._said = line
+            if say:
+                print(line, flush=True)
 
 
 class _StopWorkers:

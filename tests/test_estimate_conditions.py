@@ -147,4 +147,18 @@ def test_a_job_whose_steps_run_far_slower_than_its_estimate_says_so(tmp_path: Pa
     assert record.status == "ok", record.error
     lines = [line for line in capsys.readouterr().out.splitlines() if "than estimated" in line]
     assert len(lines) == 1 and lines[0].startswith("[ablate] slower than estimated"), lines
-    assert SweepEstimate.read(sweep_dir).said > DEPARTURE
+    noted = SweepEstimate.read(sweep_dir)
+    assert noted.said > DEPARTURE and noted.said_line == lines[0]
+
+
+def test_under_submitit_the_launching_process_prints_a_jobs_pace_line(tmp_path: Path, capsys) -> None:
+    """A submitit job's output goes to its log file: the sweep's launching process prints the line
+    the job noted in the sweep's estimate, once (``sweeper._JobLines``, as for the jobs' own lines)."""
+    from ablate.pace import remember_said
+    from ablate.sweeper import _JobLines
+
+    SweepEstimate(at=time.time(), seconds=10.0, jobs=2, step_s={"k": 0.1}).write(tmp_path)
+    with _JobLines(tmp_path, active=True, poll_s=0.05):
+        remember_said(tmp_path, 3.0, "[ablate] slower than estimated: a job's line")
+        time.sleep(0.3)
+    assert capsys.readouterr().out.count("[ablate] slower than estimated: a job's line") == 1

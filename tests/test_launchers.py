@@ -9,6 +9,7 @@ import pytest
 from conftest import records, run_cli
 from test_jobdirs import LAUNCHER_ARGS, check_path_sweep, path_sweep, same_named_files
 
+from ablate.compose import tiny_overrides
 from ablate.record import jobs_at_once, load_records
 from ablate.job import cpu_cores
 
@@ -41,8 +42,8 @@ def test_submitit_local_jobs_share_the_cores(tmp_path: Path, tiny: list[str]) ->
     n = cpu_cores()
     paths = same_named_files(tmp_path, min(n, 4) + 1)
     sweep = tmp_path / "sweep"
-    out = run_cli([*path_sweep(paths, sweep), *tiny, "trainer.max_steps=100", *LAUNCHER_ARGS["submitit_local"]],
-                  tmp_path, timeout=400)
+    out = run_cli([*path_sweep(paths, sweep), *tiny_overrides("measure.retime=auto"), "trainer.max_steps=100",
+                   *LAUNCHER_ARGS["submitit_local"]], tmp_path, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     # the jobs' output goes to log files: the launching process says each job's line, once, and the sweep's time
     assert out.stdout.count(": ok  ") == len(paths) and "[ablate] the sweep took" in out.stdout, out.stdout[-3000:]
