@@ -49,12 +49,14 @@ def _retime(config: DictConfig, sweep: Any, table: Any) -> bool:
     (``measure.retime``): ``always``; ``auto`` where its jobs ran at once or a speed cell was timed
     under another load than its baseline's. Never for a smoke test, a sweep with a ``bench.json``
     already, or one variant."""
-    mode = str(config.get("measure", {}).get("retime", "auto"))
-    rows = getattr(table, "rows", [])
-    if mode == "never" or sweep.bench is not None or len(rows) < 2 or bool(config.get("smoke")):
+    from ablate.measure import MeasureSettings
+    from ablate.settings import read_settings
+
+    mode = read_settings(MeasureSettings, config.get("measure")).retime
+    if mode == "never" or sweep.bench is not None or len(table.rows) < 2 or bool(config.get("smoke")):
         return False
     shared = any((r.metrics.concurrent_jobs or 1) > 1 for r in sweep.records if r.ok)
-    loaded = any(getattr(row, "speed_doubt", ("", ""))[0] == "load" for row in rows)
+    loaded = any(getattr(row, "speed_doubt", ("", ""))[0] == "load" for row in table.rows)  # (a ladder's rows have none)
     return mode == "always" or shared or loaded
 
 
@@ -62,16 +64,14 @@ def _retimed(sweep: Any) -> Any:
     """The sweep with an interleaved timing of its variants (``ablate.bench.bench_sweep``) as its
     ``bench.json``, as ``ablate-table --bench --save`` leaves it."""
     import dataclasses
-    import json
 
     from ablate.bench import bench_sweep
-    from ablate.report.records import BENCH_FILE
-    from ablate.report.publish import write_atomic
+    from ablate.report.records import BENCH_FILE, save_bench
 
     started = time.perf_counter()
     print("[ablate] timing the variants again, interleaved, for the speed column (measure.retime)", flush=True)
     bench = bench_sweep([r for r in sweep.records if r.ok])
-    write_atomic(sweep.sweep_dir / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
+    save_bench(sweep.sweep_dir, bench)
     print(f"[ablate] re-timed in {time.perf_counter() - started:.0f} s: {BENCH_FILE} (ablate-table --bench redoes it)")
     return dataclasses.replace(sweep, bench=bench)
 

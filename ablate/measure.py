@@ -180,6 +180,15 @@ def time_call(fn: Callable[[], Any], device: torch.device | str | None = None,
     return clock() - start
 
 
+def cpu_share(cpu_s: Sequence[float], wall_s: Sequence[float]) -> float | None:
+    """The share of its threads' time timed steps had: their CPU seconds (all threads) over their
+    wall seconds and torch's threads; about 1 alone, lower where another process shared the cores.
+    None without a step of wall time."""
+    if sum(wall_s) <= 0:
+        return None
+    return round(sum(cpu_s) / sum(wall_s) / max(1, torch.get_num_threads()), 3)
+
+
 def summarize_times(times: Sequence[float], tokens_per_step: int | Sequence[int]) -> dict[str, Any]:
     """Summary of timed training steps.
 

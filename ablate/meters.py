@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytorch_lightning as pl
-import torch
 
-from ablate.measure import count_input_tokens, summarize_times, synchronize
+from ablate.measure import count_input_tokens, cpu_share, summarize_times, synchronize
 
 
 class SpeedMeter(pl.Callback):
@@ -102,9 +101,9 @@ class SpeedMeter(pl.Callback):
         skip = min(self.warmup_steps, n - 1)
         out = summarize_times(self.step_times[skip:], self.step_tokens[skip:])
         cpu, wall = self.step_cpu[skip:], self.step_times[skip:]
-        if self._on_cpu and len(cpu) == len(wall) and sum(wall) > 0:
-            # how much of its cores the run had while timed: ~1 alone, lower where another process shared them
-            out["cpu_share"] = round(sum(cpu) / sum(wall) / max(1, torch.get_num_threads()), 3)
+        share = cpu_share(cpu, wall) if self._on_cpu and len(cpu) == len(wall) else None
+        if share is not None:  # how much of its cores the run had while timed
+            out["cpu_share"] = share
         return out
 
 

@@ -97,13 +97,16 @@ def pace_line(estimate: SweepEstimate, expected_s: float, pace: float, steps_lef
 def jobs_left(sweep_dir: Path, estimate: SweepEstimate) -> int:
     """The sweep's jobs not finished yet, this one included: those to run at its start, less those
     whose record has ended (ok, failed, diverged, interrupted) since."""
+    from ablate.record import RESULT_FILE, read_record
+
     ended = 0
-    for path in sweep_dir.glob("*/result.json"):
+    for path in sweep_dir.glob(f"*/{RESULT_FILE}"):
         try:
-            if path.stat().st_mtime >= estimate.at and json.loads(path.read_text()).get("status") != "running":
-                ended += 1
-        except (OSError, ValueError, AttributeError):
+            since = path.stat().st_mtime >= estimate.at
+        except OSError:
             continue
+        record = read_record(path.parent) if since else None
+        ended += record is not None and record.status != "running"
     return max(1, estimate.jobs - ended)
 
 

@@ -326,19 +326,15 @@ def _from_samples(samples: list[dict[str, Any]], allowance: float) -> StepEstima
 def _flops_spread(planner: Planner, jobs: dict[str, list[str]], estimates: dict[str, StepEstimate]) -> str | None:
     """Where the variants' seconds per training FLOP (from earlier measurements) are more than
     :data:`FLOPS_SPREAD` times apart: the slowest and the fastest per FLOP, in words; else None."""
-    def flops(variant: str) -> float:
-        cost = planner.cost(jobs[variant])
-        return cost["tokens_per_step"] * cost["flops_per_token"]
-
-    per_flop = {v: e.step_s / flops(v) for v, e in estimates.items() if flops(v) > 0}
+    flops = {v: planner.cost(jobs[v])["tokens_per_step"] * planner.cost(jobs[v])["flops_per_token"] for v in estimates}
+    per_flop = {v: e.step_s / flops[v] for v, e in estimates.items() if flops[v] > 0}
     if len(per_flop) < 2:
         return None
     slow, fast = max(per_flop, key=per_flop.get), min(per_flop, key=per_flop.get)
-    ratio = per_flop[slow] / per_flop[fast]
-    if ratio <= FLOPS_SPREAD:
+    if per_flop[slow] / per_flop[fast] <= FLOPS_SPREAD:
         return None
     return (f"{slow} steps {estimates[slow].step_s / estimates[fast].step_s:.1f}x as long as {fast} "
-            f"at {flops(slow) / flops(fast):.2f}x its FLOPs")
+            f"at {flops[slow] / flops[fast]:.2f}x its FLOPs")
 
 
 def _record_samples(sweep_dir: Path, plan: SweepPlan) -> dict[str, list[dict[str, Any]]]:

@@ -12,7 +12,6 @@ import statistics
 import time
 from typing import Any, Callable, Iterator
 
-import torch
 from omegaconf import DictConfig
 
 from ablate.step_times import bench_device
@@ -89,7 +88,7 @@ def _tokens_per_s(variant: _Variant) -> dict[str, Any]:
     """bench.json's per-variant entry: tokens/s min/median/max over the timed steps, each round's
     tokens/s, the step times' quartiles (``ablate --plan``'s range) and, on a CPU, the share of its
     threads' time the steps had (``cpu_share``: as a run records it, ``ablate.meters.SpeedMeter``)."""
-    from ablate.measure import summarize_times
+    from ablate.measure import cpu_share, summarize_times
 
     times, tokens_per_step = variant.times, variant.tokens_per_step
     s = summarize_times(times, tokens_per_step)
@@ -98,5 +97,4 @@ def _tokens_per_s(variant: _Variant) -> dict[str, Any]:
                              "max": tokens_per_step / s["step_time_s"]["min"]}, "timed_steps": s["timed_steps"],
             "step_time_s": {"q25": q25, "median": s["step_time_s"]["median"], "q75": q75},
             "round_tokens_per_s": [tokens_per_step * len(r) / sum(r) for r in variant.round_times if r],
-            "cpu_share": round(sum(variant.cpu_times) / sum(times) / max(1, torch.get_num_threads()), 3)
-            if variant.device.type == "cpu" and sum(times) > 0 else None}
+            "cpu_share": cpu_share(variant.cpu_times, times) if variant.device.type == "cpu" else None}

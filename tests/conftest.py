@@ -68,12 +68,13 @@ def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str
 
 
 def start_cli(args: list[str], cwd: Path, *, env: dict[str, str] | None = None, nice: int = 0,
-              umask: int | None = None) -> WarmProcess:
+              umask: int | None = None, cold: bool = False) -> WarmProcess | subprocess.Popen:
     """Start ``ablate args`` from the warm interpreter without waiting: a :class:`subprocess.Popen`-like
     process in its own session (a terminal job: a test may stop it, or Ctrl-C its process group),
     stdout and stderr read by ``communicate``; ``nice``: at a lower CPU priority (its workers inherit it).
-    ``ABLATE_TESTS_COLD=1``: the console script itself, started by ``subprocess`` the same way."""
-    if os.environ.get("ABLATE_TESTS_COLD") == "1":
+    ``cold=True`` (or ``ABLATE_TESTS_COLD=1``): the console script itself, started by ``subprocess`` the
+    same way (its command line then names its arguments, as ``/proc`` shows them)."""
+    if cold or os.environ.get("ABLATE_TESTS_COLD") == "1":
         def preexec() -> None:
             as_a_terminal_job()
             os.nice(nice)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, as_a_terminal_job, cli_env, records, run_cli, start_cli
+from conftest import records, run_cli, start_cli
 
 from ablate.job import lock_holder
 
@@ -55,16 +55,7 @@ def _launch(args: list[str], cwd: Path, *, nice: int = 0, cold: bool = False) ->
     workers inherit it), for a sweep that only has to keep training while the test's other commands run;
     ``cold``: the console script itself (its command line names the sweep, which ``_processes_of`` reads),
     not a process forked from the warm interpreter."""
-    if not cold:
-        return start_cli(args, cwd, nice=nice)
-
-    def preexec() -> None:
-        as_a_terminal_job()
-        os.nice(nice)
-
-    return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=cli_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=preexec)
+    return start_cli(args, cwd, nice=nice, cold=cold)
 
 
 @pytest.fixture

@@ -14,15 +14,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from ablate.report.formats import FORMATS, print_terminal, render
 from ablate.console import describe_error
-from ablate.report.publish import publish, write_atomic
+from ablate.report.publish import publish
 from ablate.report.ladder import LADDER_MODES
-from ablate.report.records import BENCH_FILE, load_sweep
+from ablate.report.records import BENCH_FILE, load_sweep, save_bench
 from ablate.report.stats import TESTS
 from ablate.report.webpage import REPORT_FILE
 from ablate.report.table import build_table
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     done = publish(table, records, path, save=args.save, html=args.html, wandb=wandb)
     if args.save and args.bench and bench is not None and "markdown" in done.written:
         try:  # keep the figures the saved table was built from
-            done.written["bench"] = write_atomic(path / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
+            done.written["bench"] = save_bench(path, bench)
         except OSError as err:
             done.problems.append(f"{BENCH_FILE} ({describe_error(err)})")
     if done.problems:  # one line: what could not be written, and what was

@@ -14,7 +14,8 @@ from ablate.record import Record, load_records, sort_records
 from ablate.sweep import (SweepPlan, read_sweep, records_swept_keys, split_override_string, variant_key,
                           varying_keys)
 
-__all__ = ["BENCH_FILE", "LoadedSweep", "bench_rounds", "bench_speeds", "load_bench", "load_records", "load_sweep", "sort_records",
+__all__ = ["BENCH_FILE", "LoadedSweep", "bench_rounds", "bench_speeds", "load_bench", "load_records", "load_sweep",
+           "save_bench", "sort_records",
            "sweep_of_records"]
 
 BENCH_FILE = "bench.json"
@@ -57,6 +58,13 @@ def sweep_of_records(records: list[Record]) -> LoadedSweep:
     # records of several sweeps put together in Python: the keys any of their plans swept
     swept = None if one else records_swept_keys(records)
     return LoadedSweep(records, plan, load_bench(sweep_dir) if sweep_dir is not None else None, sweep_dir, swept)
+
+
+def save_bench(sweep_dir: str | Path, bench: dict) -> Path:
+    """Write ``bench`` (``ablate.bench.bench_sweep``'s figures) as ``<sweep_dir>/bench.json``, atomically."""
+    from ablate.results import write_text_atomic
+
+    return write_text_atomic(Path(sweep_dir) / BENCH_FILE, json.dumps(bench, indent=2) + "\n")
 
 
 def load_bench(sweep_dir: str | Path) -> dict | None:
