@@ -126,12 +126,13 @@ class PaceCheck(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        from ablate.pace import CHECK_EVERY, departure, jobs_left, pace_line, remember_said
+        from ablate.pace import CHECK_EVERY, MIN_STEPS, departure, jobs_left, pace_line, remember_said
 
-        timed = self.meter.step_times[self.meter.warmup_steps:]
-        if self.said or not self.active or not trainer.is_global_zero or not timed or len(timed) % CHECK_EVERY:
+        times, skip = self.meter.step_times, self.meter.warmup_steps
+        timed = len(times) - skip  # a look every CHECK_EVERY steps, at the last MIN_STEPS only (no copy a step)
+        if self.said or not self.active or not trainer.is_global_zero or timed < MIN_STEPS or timed % CHECK_EVERY:
             return
-        pace = departure(self.estimate, self.expected_s, timed)
+        pace = departure(self.estimate, self.expected_s, times[-MIN_STEPS:])
         if pace is None:
             return
         self.said = True
