@@ -92,8 +92,9 @@ def experiment_configs(overrides: list[str]) -> tuple[dict[str, DictConfig], str
 
 def bench_sweep(records: list[Record], rounds: int = 20) -> dict[str, Any]:
     """Interleaved benchmark of the variants of a (finished or partial) sweep, from its records
-    (``ablate-table --bench``: the records it has loaded)."""
-    groups = group_by_variant(records)
+    (``ablate-table --bench``: the records it has loaded). In a sweep with a fine-tune stage, the
+    pretraining's: the table's speed column is its (a fine-tune record shares its variant's name)."""
+    groups = group_by_variant([r for r in records if r.stage != "finetune"])
     configs = {key: OmegaConf.create(runs[0].config) for key, runs in groups.items()}
     baseline = next((r.experiment["baseline"] for runs in groups.values() for r in runs
                      if r.experiment.get("baseline")), None)

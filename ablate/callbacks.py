@@ -47,16 +47,17 @@ def _trained_elsewhere(sweep_dir: Path) -> list[str]:
 def _retime(config: DictConfig, sweep: Any, table: Any) -> bool:
     """Whether the sweep's end times its variants again, interleaved, for the speed column
     (``measure.retime``): ``always``; ``auto`` where its jobs ran at once or a speed cell was timed
-    under another load than its baseline's. Never for a smoke test, a sweep with a ``bench.json``
-    already, or one variant."""
+    under another load than its baseline's. Never for a layout without a speed column (a ladder), a
+    smoke test, a sweep with a ``bench.json`` already, or one variant."""
     from ablate.measure import MeasureSettings
     from ablate.settings import read_settings
 
     mode = read_settings(MeasureSettings, config.get("measure")).retime
-    if mode == "never" or sweep.bench is not None or len(table.rows) < 2 or bool(config.get("smoke")):
+    if (mode == "never" or not table.shows_speed or sweep.bench is not None or len(table.rows) < 2
+            or bool(config.get("smoke"))):
         return False
     shared = any((r.metrics.concurrent_jobs or 1) > 1 for r in sweep.records if r.ok)
-    loaded = any(getattr(row, "speed_doubt", ("", ""))[0] == "load" for row in table.rows)  # (a ladder's rows have none)
+    loaded = any(row.speed_doubt[0] == "load" for row in table.rows)
     return mode == "always" or shared or loaded
 
 

@@ -162,3 +162,36 @@ def test_under_submitit_the_launching_process_prints_a_jobs_pace_line(tmp_path: 
         remember_said(tmp_path, 3.0, "[ablate] slower than estimated: a job's line")
         time.sleep(0.3)
     assert capsys.readouterr().out.count("[ablate] slower than estimated: a job's line") == 1
+
+
+def test_the_sweeps_end_re_times_what_shared_the_machine_in_a_layout_with_a_speed_column() -> None:
+    """``measure.retime=auto``: a flat table whose runs ran two at once is re-timed; the same runs
+    one at a time, a smoke test, ``never``, or a ladder (no speed column) are not; ``always`` is."""
+    from omegaconf import OmegaConf
+    from test_ladder_table import ladder_records
+    from test_table import qkv_records
+
+    from ablate.callbacks import _retime
+    from ablate.report import build_table
+    from ablate.report.records import LoadedSweep
+
+    def config(**node) -> object:
+        return OmegaConf.create({"measure": node, "smoke": node.pop("smoke", False)})
+
+    def case(records) -> tuple:
+        sweep = LoadedSweep(records)
+        return sweep, build_table(sweep)
+
+    alone = case(qkv_records())
+    shared_records = qkv_records()
+    for r in shared_records:
+        r.metrics.concurrent_jobs = 2
+    shared = case(shared_records)
+    ladder_recs = ladder_records()
+    for r in ladder_recs:
+        r.metrics.concurrent_jobs = 2
+    ladder = case(ladder_recs)
+    assert _retime(config(), *shared) and not _retime(config(), *alone)
+    assert not _retime(config(retime="never"), *shared) and not _retime(config(smoke=True), *shared)
+    assert _retime(config(retime="always"), *alone)
+    assert not ladder[1].shows_speed and not _retime(config(retime="always"), *ladder)

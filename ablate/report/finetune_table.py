@@ -85,6 +85,7 @@ class FinetuneTable(CaptionText):
     n_records: int = 0
     sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)
     layout: str = FINETUNE
+    shows_speed: ClassVar[bool] = True     # the pretraining's
     avg_key: ClassVar[str] = AVG           # the average's cell and column name
 
     @property

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ablate.report.caption import LadderCaptionText
 from ablate.report.layout import Figure, RunPlace
@@ -99,6 +99,7 @@ class LadderTable(LadderCaptionText):
     n_left_out: int = 0                  # ok runs without usable training FLOPs or validation loss
     tune: Tuning | None = None           # sweep.json's tune block, for a tuned ladder
     layout: str = "ladder"
+    shows_speed: ClassVar[bool] = False    # loss and compute multipliers per rung: no speed column
     sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)  # what it was built from
 
     @property

@@ -43,6 +43,8 @@ class Figure(NamedTuple):
 @runtime_checkable
 class TableLayout(Protocol):
     layout: str                    # "flat" | "ladder" | "finetune": wandb's config and summary say which
+    shows_speed: bool              # a speed column (its rows' speed_ratio, speed_doubt), which an interleaved
+                                   # re-timing can supply (measure.retime: ablate.callbacks)
     rows: list[Any]                # each with key, label, is_baseline, status, counts
     baseline: str                  # the baseline's label
     baseline_key: str

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
 from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
@@ -93,6 +93,7 @@ class SweepTable(CaptionText):
     baseline_shown: bool = True                  # False when the rows chosen leave the baseline out
     sweep: LoadedSweep | None = field(default=None, repr=False, compare=False)  # what it was built from
     layout: str = "flat"
+    shows_speed: ClassVar[bool] = True
 
     @property
     def significance_test(self) -> str:
