@@ -29,6 +29,7 @@ from ablate.components import (ComponentError, Context, call_problems, import_ta
                                merge_problems, own_problems, qualname, resolve, settings_problems, target_path,
                                type_problems, value_problem)
 from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
+from ablate.model.seq2seq import SEQ2SEQ_ARCHS, Seq2SeqLayout, resolved_arch
 from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
                              FinetuneSettings, LoggerSettings, Seed, TuneSettings)
 
@@ -324,8 +325,12 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
         problems += _guarded("task", lambda: data.check(*resolved))
     model = cfg.get("model")
     model_ok = isinstance(model, Mapping) and not any(p.startswith("model") for p in problems)
+    if model_ok and resolved:
+        problems += _guarded("model", lambda: _arch_problems(cfg, resolved[0]))
+        model_ok = not any(p.startswith("model") for p in problems)
     context = Context(d_model=model["d_model"], n_heads=model["n_heads"], n_layers=model["n_layers"],
-                      causal=model["causal"], max_len=_max_len(task if isinstance(task, Mapping) else {})) \
+                      causal=resolved_arch(model.get("arch", "auto"), model["causal"]) == "decoder",
+                      max_len=_max_len(task if isinstance(task, Mapping) else {})) \
         if model_ok else None
     for group, contract in CONTRACTS.items():
         node = cfg.get(group)
@@ -348,13 +353,37 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
+    """``model.arch`` against the task (which family reads which rows) and the other groups."""
+    model = cfg["model"]
+    arch = resolved_arch(model.get("arch", "auto"), model.get("causal"))
+    seq2seq, name = bool(getattr(task, "seq2seq", False)), label(cfg["task"], getattr(task, "name", None))
+    if arch in SEQ2SEQ_ARCHS and not seq2seq:
+        return [f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task (task=add "
+                f"or task=dedup, or a Seq2SeqTask of yours); task={name} has none; valid with it: auto, decoder, encoder"]
+    if seq2seq and arch == "encoder":
+        how = "model.arch=encoder" if model.get("arch") == "encoder" else "model.arch=auto with model.causal=false"
+        return [f"{how} on task={name}: an encoder sees the target token it is to predict; valid: decoder, "
+                "prefix_lm, encoder_decoder"]
+    if arch in SEQ2SEQ_ARCHS and (cfg.get("finetune") or {}).get("tasks"):
+        return [f"model.arch={arch} has no fine-tune stage yet (finetune.tasks); valid with one: auto, decoder, encoder"]
+    node = cfg.get("attention") or {}
+    pattern = import_target(node["_target_"]) if node.get("_target_") else patterns.Softmax
+    if arch == "prefix_lm" and not (isinstance(pattern, type) and issubclass(pattern, patterns.Softmax)):
+        return [f"model.arch=prefix_lm masks softmax attention (bidirectional over the source, causal after it); "
+                f"attention={label(node)} has no such mask; valid: attention=softmax"]
+    return []
+
+
 def _dry_run(cfg: Mapping[str, Any], context: Context, init_target: Any, init_settings: dict) -> list[str]:
     """Assemble the model on the meta device, apply its init scheme, run it once at the longest
     length: catches what only the assembled model shows."""
     import torch
 
     with torch.device("meta"):
-        model, problems = call_problems("model", assemble, lambda: assemble(cfg, 2, 2, context.max_len))
+        arch = resolved_arch(cfg["model"].get("arch", "auto"), cfg["model"].get("causal"))
+        layout = Seq2SeqLayout(1, 1, {context.max_len: max(2, context.max_len // 2)}) if arch in SEQ2SEQ_ARCHS else None
+        model, problems = call_problems("model", assemble, lambda: assemble(cfg, 2, 2, context.max_len, None, layout))
         if problems:
             return problems
         problems = init.check(init_target, init_settings, model)

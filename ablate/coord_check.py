@@ -55,7 +55,7 @@ def _run(cfg: Any, steps: int, lr: float) -> list[dict[str, float]]:
     torch.manual_seed(cfg.seed)
     data = AblateDataModule(cfg.task, seed=cfg.seed)
     data.setup("fit")
-    model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id).train()
+    model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id, data.layout).train()
     optimizer = make_optimizer(model.parameters(), {**cfg.optim, "lr": lr})
     batches = iter(data.train_dataloader())
     seen: dict[str, float] = {}

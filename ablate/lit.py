@@ -122,9 +122,11 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
 
 class AblateModule(pl.LightningModule):
     def __init__(self, model: nn.Module, optim: Mapping[str, Any], total_steps: int,
-                 val_lengths: list[int] | None = None, metric: str = "accuracy", n_classes: int = 0) -> None:
+                 val_lengths: list[int] | None = None, metric: str = "accuracy", n_classes: int = 0,
+                 max_decode: int | None = None) -> None:
         super().__init__()
         self.model = model
+        self.max_decode = max_decode  # a seq2seq task's limit on greedy decoding (None: the row's end)
         self.optim = dict(optim)
         self.total_steps = total_steps
         self.val_lengths = list(val_lengths or [])
@@ -157,12 +159,27 @@ class AblateModule(pl.LightningModule):
         else:
             loss_sum = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
             correct = (logits.argmax(-1) == targets)[labelled].sum()
-        sums = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
+        exact, rows = self._exact_matches(tokens, targets) if getattr(self.model, "layout", None) else (0, 0)
+        sums = torch.tensor([0.0, 0.0, 0.0, float(exact), float(rows)], device=tokens.device)
+        sums[:3] = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
         self._eval_sums[length] = self._eval_sums.get(length, 0) + sums.detach()
         if self.metric in CONFUSION_METRICS:
             pairs = targets[labelled] * self.n_classes + logits.argmax(-1)[labelled]
             counts = torch.bincount(pairs, minlength=self.n_classes ** 2).view(self.n_classes, self.n_classes)
             self._confusion[length] = self._confusion.get(length, 0) + counts
+
+    def _exact_matches(self, tokens: Tensor, targets: Tensor) -> tuple[int, int]:
+        """(rows whose greedy decoding is the target, EOS included; rows) of a seq2seq batch."""
+        from ablate.model.generate import greedy
+
+        S = self.model.layout.source_len(tokens.shape[1])
+        reference = targets[:, S - 1:]
+        generated = greedy(self.model, tokens, self.max_decode)
+        if generated.shape[1] < reference.shape[1]:  # a decoding limit short of the row: never a match there
+            generated = torch.cat([generated, generated.new_full((len(generated), reference.shape[1] - generated.shape[1]),
+                                                                 IGNORE)], 1)
+        labelled = reference != IGNORE
+        return int(((generated == reference) | ~labelled).all(1).sum()), len(tokens)
 
     def on_validation_epoch_start(self) -> None:
         self._eval_sums, self._confusion, self._scores = {}, {}, {}
@@ -170,7 +187,7 @@ class AblateModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         for length, sums in self._eval_sums.items():
             if self.trainer.world_size > 1:  # every rank saw a shard of the held-out set
-                self._eval_sums[length] = self.all_gather(sums).reshape(-1, 3).sum(0)
+                self._eval_sums[length] = self.all_gather(sums).reshape(-1, 5).sum(0)
                 if length in self._confusion:
                     gathered = self.all_gather(self._confusion[length])
                     self._confusion[length] = gathered.reshape(-1, self.n_classes, self.n_classes).sum(0)
@@ -209,12 +226,15 @@ class AblateModule(pl.LightningModule):
         """``{length: {accuracy, loss, count}}`` of the last validation, over every labelled position.
         ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
         metric that metric (plain accuracy is then kept as ``label_accuracy``, and F1 as ``f1`` where the
-        metric is built on it); for a regression the mean of Pearson's and Spearman's correlation (each
+        metric is built on it); for a seq2seq task the exact match of greedy decoding (the teacher-forced
+        token accuracy kept as ``token_accuracy``); for a regression the mean of Pearson's and Spearman's correlation (each
         kept as ``pearson``, ``spearman``)."""
         out = {}
         for length, sums in self._eval_sums.items():
-            loss_sum, correct, count = sums.tolist()
+            loss_sum, correct, count, exact, rows = sums.tolist()
             e = {"accuracy": correct / count, "loss": loss_sum / count, "count": int(count)}
+            if rows:  # seq2seq: the greedy decoding's exact match leads; teacher-forced accuracy kept
+                e.update(token_accuracy=e["accuracy"], accuracy=exact / rows)
             if length in self._confusion:
                 e["label_accuracy"] = e["accuracy"]
                 e["accuracy"] = CONFUSION_METRICS[self.metric](self._confusion[length])

@@ -279,7 +279,8 @@ def job_cost(cfg: DictConfig) -> dict[str, float]:
 
     task = build_task(cfg.task)
     with torch.device("meta"):
-        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id)
+        model = assemble(cfg, int(task.vocab_size), int(task.n_classes), int(task.max_len), task.pad_id,
+                         getattr(task, "layout", None))
     return {"max_steps": int(cfg.trainer.max_steps),
             "tokens_per_step": task.batch_size * task.seq_len * accumulated_batches(cfg),
             "flops_per_token": flops_per_token(model, task.seq_len, task.batch_size), "params": model.num_params()}

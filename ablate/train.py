@@ -58,10 +58,11 @@ def build(cfg: DictConfig, pretrained: Pretrained | None = None) -> tuple[Any, A
     data = AblateDataModule(cfg.task, seed=seed)
     data.setup("fit")
     if pretrained is None:
-        model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id)
+        model = build_model(cfg, data.vocab_size, data.n_classes, data.max_len, data.pad_id, data.layout)
     else:
         model = finetune_model(cfg, pretrained, data)
-    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes)
+    module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes,
+                          data.max_decode)
     return data, model, module
 
 

@@ -60,7 +60,8 @@ class AblateDataModule(pl.LightningDataModule):
     (per-token head size), ``pad_id`` (``None`` for fixed-length tasks; padding is on the
     right), ``test_lengths`` (``[seq_len] + eval_lengths``; ``val_lengths`` is the same list
     under its older name), ``max_len``, ``metric`` (label of the accuracy), ``causal``,
-    ``seq_len``, ``batch_size``, ``tokens_per_batch`` (``B*T`` of the input).
+    ``seq_len``, ``batch_size``, ``tokens_per_batch`` (``B*T`` of the input); for a seq2seq task
+    ``layout`` (how its rows split into source and target; else None) and ``max_decode``.
 
     Loaders, all pure functions of the task and ``seed``:
 
@@ -86,6 +87,8 @@ class AblateDataModule(pl.LightningDataModule):
         self.val_lengths: list[int] = list(self.test_lengths)  # older name of test_lengths
         self.max_len: int = int(t.max_len)
         self.metric: str = t.metric
+        self.layout = getattr(t, "layout", None)  # a seq2seq task's rows (ablate.model.seq2seq.Seq2SeqLayout)
+        self.max_decode: int | None = getattr(t, "max_decode", None)
         self.causal: bool = t.causal
         self.seq_len: int = t.seq_len
         self.batch_size: int = t.batch_size

@@ -60,7 +60,7 @@ from .patterns import Softmax
 
 
 def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: bool = False,
-                   bias: Tensor | None = None, key_padding: Tensor | None = None,
+                   bias: Tensor | None = None, key_padding: Tensor | None = None, prefix: int = 0,
                    ) -> tuple[Tensor | None, bool]:
     """The (attn_mask, is_causal) arguments of SDPA for a length-T self-attention.
 
@@ -69,13 +69,15 @@ def attention_mask(T: int, device: torch.device, *, causal: bool, mask_self: boo
     SDPA's fast path (None, causal) and an encoder's bias passes as is. Otherwise a boolean
     mask (True = may attend), or the bias with -inf where attending is not allowed. A query
     that would be left with no key at all attends to itself (``mask_self``) or, failing that
-    (an all-padding row), to every key, so softmax never sees an empty row.
+    (an all-padding row), to every key, so softmax never sees an empty row. ``prefix``: a causal
+    mask's first ``prefix`` keys are seen by every query (a prefix LM, Raffel et al. 2020, §3.2.1).
     """
-    if key_padding is None and not mask_self and (bias is None or not causal):
+    if key_padding is None and not mask_self and not prefix and (bias is None or not causal):
         return bias, causal and bias is None
     allowed = torch.ones(T, T, dtype=torch.bool, device=device)
     if causal:
         allowed = allowed.tril()
+        allowed[:, :prefix] = True
     if key_padding is not None:
         allowed = allowed & ~key_padding[:, None, None, :]  # (B, 1, T, T)
     if mask_self:  # Kitaev et al. 2020, §2: a token may not attend to itself unless alone

@@ -30,6 +30,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ablate.components import PositiveFloat, call_problems, settings_problems
+from .norms import deepnet_betas
 
 
 class InitScheme(Protocol):
@@ -97,14 +98,15 @@ def small_init(model: nn.Module) -> None:
 def deepnet(model: nn.Module, allow_without_deepnorm: bool = False) -> None:
     """DeepNet (Wang et al. 2022, Fig. 2): Xavier (gain 1) for Q and K; Xavier with gain
     β = (8N)^(-1/4) for V, the attention output and both FFN layers (N = n_layers, the
-    encoder-only / decoder-only value). Only the V rows of a fused QKV weight get β (for
+    encoder-only / decoder-only value; an encoder–decoder takes its own β per stack, ``norms.deepnet_betas``). Only the V rows of a fused QKV weight get β (for
     ``qkv_shared``, ``kv_shared`` the shared projection carries V and gets β). β is derived for
     DeepNorm's residual α: validation refuses it without ``norm=deepnorm`` unless
     ``allow_without_deepnorm`` asks for the initialisation alone (:func:`pairing_problems`)."""
-    beta = (8 * model.n_layers) ** -0.25
+    betas = deepnet_betas(model.n_layers, getattr(model, "encoder_layers", 0))  # an encoder–decoder: per stack
 
     def weight(name: str, role: str, w: Tensor) -> None:
         scaled_up = "v" in role or is_residual_out(name) or "ffn" in name.split(".")
+        beta = betas["encoder" if name.startswith("encoder.") else "decoder"]
         nn.init.xavier_uniform_(w, gain=beta if scaled_up else 1.0)
 
     _reset(model, weight, model.d_model ** -0.5)

@@ -105,6 +105,27 @@ def residual_alpha(norm: type, n_layers: int) -> float:
     return float(alpha(n_layers)) if callable(alpha) else 1.0
 
 
+def stack_alphas(norm: type, n_layers: int, encoder_layers: int = 0) -> dict[str, float]:
+    """``{"encoder": α, "decoder": α}`` of each stack's post-LN residual: the norm class's own α of
+    ``n_layers`` for one stack (``encoder_layers`` 0); for an encoder–decoder of N encoder and M
+    decoder layers under DeepNorm, DeepNet's own constants (Wang et al. 2022, Table 1):
+    encoder 0.81·(N⁴M)^(1/16), decoder (3M)^(1/4)."""
+    alpha = residual_alpha(norm, n_layers)
+    if not encoder_layers or alpha == 1.0:
+        return {"encoder": residual_alpha(norm, encoder_layers or n_layers), "decoder": alpha}
+    N, M = encoder_layers, n_layers
+    return {"encoder": 0.81 * (N ** 4 * M) ** (1 / 16), "decoder": (3 * M) ** 0.25}
+
+
+def deepnet_betas(n_layers: int, encoder_layers: int = 0) -> dict[str, float]:
+    """DeepNet's init gain β per stack (Wang et al. 2022, Table 1): (8N)^(-1/4) for one stack of N
+    layers; for an encoder–decoder, encoder 0.87·(N⁴M)^(-1/16), decoder (12M)^(-1/4)."""
+    if not encoder_layers:
+        return {"encoder": (8 * n_layers) ** -0.25, "decoder": (8 * n_layers) ** -0.25}
+    N, M = encoder_layers, n_layers
+    return {"encoder": 0.87 * (N ** 4 * M) ** (-1 / 16), "decoder": (12 * M) ** -0.25}
+
+
 def check(target: Any, settings: Mapping[str, Any], context: Context, placement: Any) -> list[str]:
     """Every way ``target`` (at ``placement``) breaks the norm contract (empty when it keeps it)."""
     problem = value_problem(placement, Placement)

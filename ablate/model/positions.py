@@ -225,8 +225,9 @@ class RoPE(Position):
 
 
 def _xpos_encoder_problem() -> str:
-    return ("pos_enc=xpos needs a decoder: with model.causal=false its decay becomes an up-weighting of keys "
-            "ahead of the query (x1.87 at distance 255); valid: model.causal=true (a causal task), or a "
+    return ("pos_enc=xpos needs a decoder: with model.causal=false (an encoder, a prefix LM's source, an "
+            "encoder–decoder's encoder) its decay becomes an up-weighting of keys ahead of the query (x1.87 at "
+            "distance 255); valid: model.causal=true with model.arch=auto or decoder, or a "
             "bidirectional pos_enc (rope, alibi, t5_bias, kerple, deberta, sinusoidal, learned, none)")
 
 

@@ -30,10 +30,13 @@ from torch import Tensor
 from ablate.components import Fraction, PositiveInt, resolve
 
 from .attention import Attention, attention_mask
+from .block import Block
+from .seq2seq import (SEQ2SEQ_ARCHS, CrossAttention, DecoderBlock, EncoderDecoder, Seq2SeqLayout,
+                      resolved_arch)
 from .flops import forward_flops, training_flops
 from . import mup
 from .init import pairing_problems
-from .norms import PLACEMENTS, residual_alpha
+from .norms import stack_alphas
 from .patterns import FlexScores, Softmax, causal_block_mask, flex_available
 from .positions import Position
 
@@ -96,6 +99,11 @@ class ModelSettings:
     parametrization: Literal["standard", "mup"] = "standard"
     mup_base_width: PositiveInt | None = None
     mup_base_head_dim: PositiveInt | None = None
+    # The family (Raffel et al. 2020, T5 §3.2): "auto" is the decoder when causal, else the encoder (the one
+    # choice before this key); prefix_lm and encoder_decoder read a seq2seq task's source and target (seq2seq.py)
+    arch: Literal["auto", "decoder", "encoder", "prefix_lm", "encoder_decoder"] = "auto"
+    # the encoder's depth in an encoder–decoder (null: n_layers, which is the decoder's)
+    encoder_layers: PositiveInt | None = None
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> ModelSettings:
@@ -108,7 +116,18 @@ class ModelSettings:
 
     @classmethod
     def problems(cls, settings: Mapping[str, Any], context: Any) -> list[str]:
-        return cls._mup_problems(settings) + cls._sharing_problems(settings)
+        return cls._mup_problems(settings) + cls._sharing_problems(settings) + cls._arch_problems(settings)
+
+    @staticmethod
+    def _arch_problems(settings: Mapping[str, Any]) -> list[str]:
+        arch, depth = settings.get("arch", "auto"), settings.get("encoder_layers")
+        if depth is not None and arch != "encoder_decoder":
+            return [f"model.encoder_layers={depth} is the encoder's depth in an encoder–decoder; with "
+                    f"model.arch={arch} there is one stack of model.n_layers"]
+        if arch == "encoder_decoder" and settings.get("parametrization") == "mup":
+            return ["model.parametrization=mup is not built for model.arch=encoder_decoder (its base-shape "
+                    "bookkeeping covers one stack); valid: decoder, encoder, prefix_lm"]
+        return []
 
     @staticmethod
     def _mup_problems(settings: Mapping[str, Any]) -> list[str]:
@@ -148,37 +167,6 @@ def layers_per_block(share_layers: Any, n_layers: int) -> int:
     return n_layers if share_layers == "all" else int(share_layers)
 
 
-class Block(nn.Module):
-    """One layer: x -> sublayer(attention) -> sublayer(FFN), wired by ``placement``:
-    pre x + f(N(x)); post N(α·x + f(x)); sandwich x + N'(f(N(x)))."""
-
-    def __init__(self, attn: nn.Module, ffn: nn.Module, norm: Callable[[], nn.Module],
-                 placement: str, alpha: float = 1.0, dropout: float = 0.0) -> None:
-        super().__init__()
-        if placement not in PLACEMENTS:
-            raise ValueError(f"norm.placement={placement!r}; valid choices: {', '.join(PLACEMENTS)}")
-        self.attn, self.ffn = attn, ffn
-        self.attn_norm, self.ffn_norm = norm(), norm()
-        if placement == "sandwich":
-            self.attn_out_norm, self.ffn_out_norm = norm(), norm()
-        self.placement, self.alpha = placement, alpha
-        self.drop = nn.Dropout(dropout)
-
-    def sublayer(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module,
-                 out_norm: nn.Module | None = None) -> Tensor:
-        if self.placement == "pre":
-            return x + self.drop(f(norm(x)))
-        if self.placement == "post":
-            return norm((x if self.alpha == 1.0 else self.alpha * x) + self.drop(f(x)))
-        return x + self.drop(out_norm(f(norm(x))))  # sandwich
-
-    def forward(self, x: Tensor, pos: Position, attn_mask: Tensor | None = None,
-                is_causal: bool = False) -> Tensor:
-        x = self.sublayer(x, lambda h: self.attn(h, pos, attn_mask, is_causal),
-                          self.attn_norm, getattr(self, "attn_out_norm", None))
-        return self.sublayer(x, self.ffn, self.ffn_norm, getattr(self, "ffn_out_norm", None))
-
-
 class Transformer(nn.Module):
     """Encoder (``causal=False``) or decoder (``causal=True``) with a per-token head.
 
@@ -190,15 +178,25 @@ class Transformer(nn.Module):
     torch has no CPU backward for it; for tests), "off" never. Only where FlexAttention computes
     the same thing: a pattern that takes it (softmax), the built-in attention forward, no
     q/k-dependent ``score_bias``, no key padding or ``mask_self``, no attention dropout in training.
+
+    ``layout``: a seq2seq task's rows (``seq2seq.py``), which a decoder reads as one sequence and a
+    prefix LM (``arch="prefix_lm"``, causal) bidirectionally over their source; padded sources are
+    masked in both.
     """
 
     def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_heads: int, n_layers: int,
                  causal: bool, dropout: float, bias: bool, pad_id: int | None,
                  pos: Position, blocks: list[Block], final_norm: nn.Module, embed_scale: float = 1.0,
-                 flex: Literal["auto", "on", "off"] = "auto") -> None:
+                 flex: Literal["auto", "on", "off"] = "auto", arch: str | None = None,
+                 layout: Seq2SeqLayout | None = None) -> None:
         super().__init__()
         if flex not in ("auto", "on", "off"):
             raise ValueError(f"flex={flex!r}; valid: auto, on, off")
+        self.arch = arch or ("decoder" if causal else "encoder")
+        if self.arch == "prefix_lm" and (layout is None or not causal):
+            raise ValueError("a prefix LM is causal after the source of a seq2seq task's rows: it needs causal=True "
+                             "and a layout")
+        self.layout = layout
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.causal, self.pad_id, self.embed_scale = causal, pad_id, embed_scale
         self.flex, self.attn_dropout = flex, dropout
@@ -229,6 +227,11 @@ class Transformer(nn.Module):
         """(attn_mask, is_causal) for this batch, shared by all layers: a materialised mask, or
         the position bias as a FlexAttention score function (``uses_flex``)."""
         T = tokens.shape[1]
+        if self.layout is not None and (self.arch == "prefix_lm" or self.layout.padded_sources):
+            pad = tokens.eq(self.pad_id) if self.pad_id is not None and self.layout.padded_sources else None
+            prefix = self.layout.source_len(T) if self.arch == "prefix_lm" else 0
+            return attention_mask(T, tokens.device, causal=self.causal, bias=self.pos.bias(T, T), key_padding=pad,
+                                  prefix=prefix)
         pad = tokens.eq(self.pad_id) if self.pad_id is not None and not self.causal else None
         if pad is None and self.uses_flex(tokens.device):
             score_mod = self.pos.score_mod()
@@ -290,56 +293,85 @@ def option(cfg: Any, group: str) -> tuple[Any, dict[str, Any]]:
     return resolve(group, node)
 
 
-def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None) -> Transformer:
+def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: int | None = None,
+             layout: Seq2SeqLayout | None = None) -> Transformer | EncoderDecoder:
     """The model described by the root config ``cfg``, with each module's own initialisation.
 
     Reads the ``model`` node (``ModelSettings``) and the groups ``qkv_sharing``, ``attention``
     (softmax when absent), ``pos_enc``, ``norm`` (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
-    expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``.
+    expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``. ``layout``: a seq2seq
+    task's rows (``seq2seq.py``), which ``model.arch=prefix_lm|encoder_decoder`` need.
     """
-    return _assemble(ModelSettings.from_node(cfg["model"]), cfg, vocab_size, n_outputs, max_len, pad_id)
+    return _assemble(ModelSettings.from_node(cfg["model"]), cfg, vocab_size, n_outputs, max_len, pad_id, layout)
 
 
 def _assemble(model: ModelSettings, cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
-              pad_id: int | None) -> Transformer:
+              pad_id: int | None, layout: Seq2SeqLayout | None = None) -> Transformer | EncoderDecoder:
     d, H, L = model.d_model, model.n_heads, model.n_layers
-    causal, dropout, bias = model.causal, model.dropout, model.bias
+    dropout, bias = model.dropout, model.bias
+    arch = resolved_arch(model.arch, model.causal)
+    if arch in SEQ2SEQ_ARCHS and layout is None:
+        raise ValueError(f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task "
+                         "(task=add or task=dedup, or a Seq2SeqTask of yours); valid with this task: auto, decoder, encoder")
 
     attn_cls, attn_kw = option(cfg, "qkv_sharing")
     pos_cls, pos_kw = option(cfg, "pos_enc")
     norm_cls, norm_kw = option(cfg, "norm")
     ffn_cls, ffn_kw = option(cfg, "ffn")
     placement = norm_kw.pop("placement", "pre")
-    alpha = residual_alpha(norm_cls, L)
-    if alpha != 1.0 and placement != "post":
+    L_enc = (model.encoder_layers or L) if arch == "encoder_decoder" else 0
+    alphas = stack_alphas(norm_cls, L, L_enc)
+    if alphas["decoder"] != 1.0 and placement != "post":
         raise ValueError(f"norm={norm_cls.__name__.lower()} scales the residual of a post-LN block "
                          f"(Wang et al. 2022); it needs norm.placement=post, got {placement!r}")
-
-    pos = pos_cls(**{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
-    # one pattern for the whole model, like the position module (built-ins hold no parameters)
     pattern_cls, pattern_kw = option(cfg, "attention") if "attention" in cfg else (Softmax, {})
-    pattern = pattern_cls(d, H, causal, **pattern_kw)
 
     def norm() -> nn.Module:
         return norm_cls(d, **norm_kw)
 
-    def block() -> Block:
-        attn = attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)
-        if not hasattr(attn, "pattern") and pattern_cls is not Softmax:
-            raise ValueError(f"qkv_sharing: {type(attn).__name__} has no `pattern` attribute, so it cannot "
-                             f"use attention={type(pattern).__name__.lower()}; subclass ablate.model.attention."
-                             "Attention (docs/extending.md)")
-        attn.pattern = pattern
-        return Block(attn, ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
+    def stack(causal: bool, n_layers: int, alpha: float, cross: bool = False) -> tuple[Position, list[Block]]:
+        """One stack's position module and layers; the pattern is one module per stack, like the
+        position module (built-ins hold no parameters)."""
+        pos = pos_cls(**{"d_model": d, "n_heads": H, "causal": causal, "max_len": max_len, **pos_kw})
+        pattern = pattern_cls(d, H, causal, **pattern_kw)
 
-    k = layers_per_block(model.share_layers, L)
-    unique = [block() for _ in range(-(-L // k))]
-    blocks = [unique[i // k] for i in range(L)]  # the same module object: shared weights
+        def attention() -> nn.Module:
+            attn = attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)
+            if not hasattr(attn, "pattern") and pattern_cls is not Softmax:
+                raise ValueError(f"qkv_sharing: {type(attn).__name__} has no `pattern` attribute, so it cannot "
+                                 f"use attention={type(pattern).__name__.lower()}; subclass ablate.model.attention."
+                                 "Attention (docs/extending.md)")
+            attn.pattern = pattern
+            return attn
+
+        def block() -> Block:
+            if cross:
+                return DecoderBlock(attention(), CrossAttention(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)),
+                                    ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
+            return Block(attention(), ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
+
+        k = layers_per_block(model.share_layers, n_layers)
+        unique = [block() for _ in range(-(-n_layers // k))]
+        return pos, [unique[i // k] for i in range(n_layers)]  # the same module object: shared weights
+
+    def final_norm() -> nn.Module:
+        return nn.Identity() if placement == "post" else norm()
+
+    scale = EMBED_SCALES[model.embed_scale](d)
+    if arch == "encoder_decoder":
+        enc_pos, encoder = stack(False, L_enc, alphas["encoder"])
+        pos, blocks = stack(True, L, alphas["decoder"], cross=True)
+        return EncoderDecoder(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, bias=bias,
+                              dropout=dropout, pad_id=pad_id, layout=layout, enc_pos=enc_pos, pos=pos,
+                              encoder=encoder, blocks=blocks, enc_norm=final_norm(), final_norm=final_norm(),
+                              embed_scale=scale)
+    causal = arch in ("decoder", "prefix_lm")
+    pos, blocks = stack(arch == "decoder", L, alphas["decoder"])  # a prefix LM's positions look both ways
     return Transformer(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, n_layers=L,
                        causal=causal, dropout=dropout, bias=bias, pad_id=pad_id, pos=pos,
-                       blocks=blocks, final_norm=nn.Identity() if placement == "post" else norm(),
-                       embed_scale=EMBED_SCALES[model.embed_scale](d), flex=model.flex)
+                       blocks=blocks, final_norm=final_norm(), embed_scale=scale,
+                       flex=model.flex if arch != "prefix_lm" else "off", arch=arch, layout=layout)
 
 
 def parametrize_mup(model: Transformer, settings: ModelSettings, cfg: Any, scheme: Any, max_len: int,
@@ -353,17 +385,17 @@ def parametrize_mup(model: Transformer, settings: ModelSettings, cfg: Any, schem
     n_outputs = model.head.out_features
     with torch.device("meta"):
         base = _assemble(replace(settings, d_model=settings.mup_base_width), cfg, model.tok_emb.num_embeddings,
-                         n_outputs, max_len, pad_id)
+                         n_outputs, max_len, pad_id, model.layout)
     head_dim = mup.base_head_dim(settings.mup_base_width, settings.n_heads, settings.mup_base_head_dim)
     mup.apply(model, base, scheme, head_dim)
 
 
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
-                pad_id: int | None = None) -> Transformer:
+                pad_id: int | None = None, layout: Seq2SeqLayout | None = None) -> Transformer | EncoderDecoder:
     """Assemble the model described by ``cfg``, apply its ``init`` scheme and, with
     ``model.compile``, compile it: the one place a model is made from a config."""
     settings = ModelSettings.from_node(cfg["model"])
-    model = _assemble(settings, cfg, vocab_size, n_outputs, max_len, pad_id)
+    model = _assemble(settings, cfg, vocab_size, n_outputs, max_len, pad_id, layout)
     init, init_settings = option(cfg, "init")
     problems = pairing_problems(init, init_settings, model)
     if problems:
@@ -371,9 +403,10 @@ def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
     init(model, **init_settings)
     if settings.parametrization == "mup":
         parametrize_mup(model, settings, cfg, init, max_len, pad_id)
-    if hasattr(model.pos, "match_tokens"):  # a fixed position table takes the tokens' scale
-        with torch.no_grad():
-            model.pos.match_tokens(model.token_rms())
+    for pos in (model.pos, getattr(model, "enc_pos", None)):
+        if hasattr(pos, "match_tokens"):  # a fixed position table takes the tokens' scale
+            with torch.no_grad():
+                pos.match_tokens(model.token_rms())
     if settings.compile:
         # in place (nn.Module.compile): the model keeps its type, methods (num_params,
         # flops_per_token) and state_dict keys, so checkpoints load with or without it

@@ -1,0 +1,185 @@
+"""Sequence-to-sequence tasks: a source and a target of their own lengths, in one row per example.
+
+A row of length T (``ablate.model.seq2seq`` draws it) is ``[pad … source SEP target EOS pad …]``:
+the source left-padded so that SEP sits at column S - 1 (S: ``source_len(T)``, the same for every
+row of that length), the target right after it. Targets label SEP's column and every target column
+with the next target token, the last with EOS (teacher forcing: the loss is on the target only, in
+every family), -100 elsewhere. A decoder-only model reads the row as a language model does, a
+prefix LM reads the source bidirectionally, an encoder–decoder splits the row at S - 1
+(``model.arch``). Besides the teacher-forced token accuracy, every evaluation decodes each row's
+target greedily and scores it by exact match (the headline ``accuracy``; ``lit.py``).
+
+Built-in, offline, generated from a seed like the digit tasks:
+
+* ``add``: two ``n``-digit numbers (``a+b``) -> their sum, without leading zeros, least significant
+  digit first by default (``reversed_sum``; writing the sum in the order it is computed makes
+  addition learnable by small Transformers: Lee et al. 2023, "Teaching Arithmetic to Small
+  Transformers", §4). ``n = (T - 4) // 3``: a longer ``eval_lengths`` entry means longer numbers.
+* ``dedup``: ``m`` digits with runs -> the digits with each run collapsed to one (Unix ``uniq``):
+  a target of 1 … m tokens. ``m = (T - 2) // 2``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Sequence
+
+import torch
+
+from ablate.components import Range
+from ablate.model.seq2seq import Seq2SeqLayout
+
+from .base import IGNORE, Batch, SyntheticTask
+
+N_DIGITS = 10
+
+
+class Seq2SeqTask(SyntheticTask):
+    """Base of the seq2seq tasks over digits: ``n_values`` digit tokens, then ``+``, SEP, EOS and
+    pad. A subclass gives ``source_len(length)`` and ``pairs(g, batch, length)``."""
+
+    metric = "exact_match"
+    seq2seq = True  # model.arch=prefix_lm|encoder_decoder read its layout
+    #: the shortest row length a subclass can lay an example out in
+    min_len = 4
+
+    def __init__(self, seq_len: int = 16, eval_lengths: Sequence[int] = (), batch_size: int = 64,
+                 causal: bool = True, n_test: int = 1000, n_val: int = 256,
+                 n_values: Annotated[int, Range(low=2)] = N_DIGITS, max_decode: int | None = None):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test, n_val)
+        self.n_values = int(n_values)
+        self.plus_id, self.sep_id, self.eos_id, self.pad_id = range(self.n_values, self.n_values + 4)
+        self.vocab_size = self.n_classes = self.n_values + 4
+        self.max_decode = max_decode
+        self.layout = Seq2SeqLayout(self.sep_id, self.eos_id, {T: self.source_len(T) for T in self.test_lengths})
+
+    @classmethod
+    def problems(cls, cfg: dict, context=None) -> list[str]:
+        out = super().problems(cfg, context)
+        lengths = [x for x in [cfg.get("seq_len", 16), *(cfg.get("eval_lengths") or [])] if isinstance(x, int)]
+        short = [x for x in lengths if x < cls.min_len]
+        if short:
+            out.append(f"task.seq_len/eval_lengths {short[0]} is too short for {cls.name}: {cls.layout_note} "
+                       f"(the least is {cls.min_len})")
+        limit = cfg.get("max_decode")
+        if limit is not None and lengths and not short:
+            if not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
+                out.append(f"task.max_decode={limit!r} must be a positive integer or null (null: to the row's end)")
+            else:
+                longest = max(cls.longest_target(x) for x in lengths)
+                if limit < longest:
+                    out.append(f"task.max_decode={limit} is below the longest target of {cls.name} ({longest} "
+                               f"tokens with EOS, at length {max(lengths)}); raise it or leave it null")
+        return out
+
+    layout_note = ""
+
+    def source_len(self, length: int) -> int:
+        """S: the source's columns in a row of ``length``, SEP included."""
+        raise NotImplementedError
+
+    @classmethod
+    def longest_target(cls, length: int) -> int:
+        """The most target tokens (EOS included) a row of ``length`` can hold."""
+        raise NotImplementedError
+
+    def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
+        raise NotImplementedError
+
+    def make_batch(self, g: torch.Generator, batch: int, length: int) -> Batch:
+        S = self.source_len(length)
+        tokens = torch.full((batch, length), self.pad_id, dtype=torch.long)
+        targets = torch.full((batch, length), IGNORE, dtype=torch.long)
+        for row, (source, target) in enumerate(self.pairs(g, batch, length)):
+            out = list(target) + [self.eos_id]
+            tokens[row, S - 1 - len(source):S - 1] = torch.tensor(source, dtype=torch.long)
+            tokens[row, S - 1] = self.sep_id
+            tokens[row, S:S + len(out) - 1] = torch.tensor(out[:-1], dtype=torch.long)
+            targets[row, S - 1:S - 1 + len(out)] = torch.tensor(out, dtype=torch.long)
+        return tokens, targets
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Token ids as text: digits, ``+``, ``=`` (SEP), ``$`` (EOS), ``_`` (pad)."""
+        names = {self.plus_id: "+", self.sep_id: "=", self.eos_id: "$", self.pad_id: "_"}
+        return "".join(names.get(int(i), str(int(i)) if int(i) < 10 else f"<{int(i)}>") for i in ids)
+
+
+def _digits(values: torch.Tensor, n_values: int, width: int) -> torch.Tensor:
+    """(B,) integers -> (B, width) base-``n_values`` digits, most significant first."""
+    powers = n_values ** torch.arange(width - 1, -1, -1)
+    return (values[:, None] // powers) % n_values
+
+
+class Add(Seq2SeqTask):
+    """``a+b`` -> the digits of a + b (base ``n_values``), least significant first unless
+    ``reversed_sum`` is false; a and b uniform over n-digit strings, n = (T - 4) // 3."""
+
+    name = "add"
+    min_len = 7
+    layout_note = "a row holds two n-digit numbers, '+', SEP, the sum (n + 1 digits) and EOS: 3n + 4 tokens"
+
+    def __init__(self, seq_len: int = 16, eval_lengths: Sequence[int] = (), batch_size: int = 64,
+                 causal: bool = True, n_test: int = 1000, n_val: int = 256,
+                 n_values: Annotated[int, Range(low=2)] = N_DIGITS, max_decode: int | None = None,
+                 reversed_sum: bool = True):
+        self.reversed_sum = bool(reversed_sum)
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test, n_val, n_values, max_decode)
+
+    @staticmethod
+    def n_digits(length: int) -> int:
+        return (length - 4) // 3
+
+    def source_len(self, length: int) -> int:
+        return 2 * self.n_digits(length) + 2
+
+    @classmethod
+    def longest_target(cls, length: int) -> int:
+        return cls.n_digits(length) + 2
+
+    def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
+        n, base = self.n_digits(length), self.n_values
+        a, b = (torch.randint(0, base ** n, (batch,), generator=g) for _ in range(2))
+        total = _digits(a + b, base, n + 1)
+        out = []
+        for row_a, row_b, row_sum in zip(_digits(a, base, n).tolist(), _digits(b, base, n).tolist(), total.tolist()):
+            while len(row_sum) > 1 and row_sum[0] == 0:
+                row_sum = row_sum[1:]
+            out.append((row_a + [self.plus_id] + row_b, row_sum[::-1] if self.reversed_sum else row_sum))
+        return out
+
+
+class Dedup(Seq2SeqTask):
+    """m digits -> the digits with every run of equal neighbours collapsed to one (``uniq``); each
+    digit repeats its predecessor with probability ``repeat``, so runs are common. m = (T - 2) // 2."""
+
+    name = "dedup"
+    layout_note = "a row holds m digits, SEP, up to m digits and EOS: 2m + 2 tokens"
+
+    def __init__(self, seq_len: int = 16, eval_lengths: Sequence[int] = (), batch_size: int = 64,
+                 causal: bool = True, n_test: int = 1000, n_val: int = 256,
+                 n_values: Annotated[int, Range(low=2)] = N_DIGITS, max_decode: int | None = None,
+                 repeat: Annotated[float, Range(low=0.0, high=1.0)] = 0.5):
+        self.repeat = float(repeat)
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_test, n_val, n_values, max_decode)
+
+    @staticmethod
+    def n_digits(length: int) -> int:
+        return (length - 2) // 2
+
+    def source_len(self, length: int) -> int:
+        return self.n_digits(length) + 1
+
+    @classmethod
+    def longest_target(cls, length: int) -> int:
+        return cls.n_digits(length) + 1
+
+    def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
+        m = self.n_digits(length)
+        fresh = torch.randint(0, self.n_values, (batch, m), generator=g)
+        repeat = torch.rand(batch, m, generator=g) < self.repeat
+        out = []
+        for digits, again in zip(fresh.tolist(), repeat.tolist()):
+            for i in range(1, m):
+                if again[i]:
+                    digits[i] = digits[i - 1]
+            out.append((digits, [d for i, d in enumerate(digits) if i == 0 or d != digits[i - 1]]))
+        return out

@@ -1,0 +1,289 @@
+"""Sequence-to-sequence: the rows of the seq2seq tasks, the three families that read them (decoder,
+prefix LM, encoder–decoder), cross-attention, greedy decoding with and without a key/value cache,
+exact match, and what each existing option does in the new families. All in process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from conftest import builtin_options
+from test_model import make_cfg
+
+from ablate.compose import compose
+from ablate.config import config_problems
+from ablate.data import build_task
+from ablate.data.base import IGNORE
+from ablate.data.seq2seq import Add, Dedup
+from ablate.lit import AblateModule
+from ablate.model import build_model
+from ablate.model.generate import _cached_steps, decodes_cached, greedy
+from ablate.model.norms import deepnet_betas, stack_alphas
+from ablate.model.seq2seq import EncoderDecoder
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ARCHS = ("decoder", "prefix_lm", "encoder_decoder")
+
+
+def seq2seq_model(arch: str, task=None, **groups):
+    task = task or Add(seq_len=16, eval_lengths=[22])
+    cfg = make_cfg(d_model=32, n_heads=4, n_layers=2, **groups)
+    cfg["model"]["arch"] = arch
+    torch.manual_seed(0)
+    return build_model(cfg, task.vocab_size, task.n_classes, task.max_len, task.pad_id, task.layout).eval(), task
+
+
+def rows(task, n: int = 6, length: int = 16, seed: int = 0):
+    return task.make_batch(torch.Generator().manual_seed(seed), n, length)
+
+
+# ------------------------------------------------------------------------------ the tasks' rows
+
+def _number(digits: list[int]) -> int:
+    return int("".join(map(str, digits)))
+
+
+@pytest.mark.parametrize("length", [16, 22])
+def test_add_rows_hold_two_numbers_and_their_sum_least_significant_first(length):
+    task = Add(seq_len=16, eval_lengths=[22])
+    tokens, targets = rows(task, 32, length)
+    S, n = task.source_len(length), Add.n_digits(length)
+    assert (tokens[:, S - 1] == task.sep_id).all() and S == 2 * n + 2
+    for row, target in zip(tokens.tolist(), targets.tolist()):
+        a, b = row[:n], row[n + 1:2 * n + 1]
+        assert row[n] == task.plus_id
+        labelled = [t for t in target if t != IGNORE]
+        assert labelled[-1] == task.eos_id and target[:S - 1] == [IGNORE] * (S - 1)
+        assert _number(labelled[:-1][::-1]) == _number(a) + _number(b)
+        assert labelled[:-1][-1] != 0 or len(labelled) == 2  # no leading zero
+        # teacher forcing: the row holds the target shifted by one, SEP first
+        assert row[S - 1:S - 1 + len(labelled)] == [task.sep_id] + labelled[:-1]
+
+
+def test_dedup_rows_collapse_each_run_and_targets_vary_in_length():
+    task = Dedup(seq_len=16)
+    tokens, targets = rows(task, 64)
+    S = task.source_len(16)
+    lengths = set()
+    for row, target in zip(tokens.tolist(), targets.tolist()):
+        source = row[:S - 1]
+        labelled = [t for t in target if t != IGNORE]
+        expected = [d for i, d in enumerate(source) if i == 0 or d != source[i - 1]]
+        assert labelled == expected + [task.eos_id]
+        lengths.add(len(expected))
+    assert len(lengths) >= 3
+
+
+def test_the_held_out_rows_are_the_same_for_every_seed_and_differ_from_training():
+    task = Add(seq_len=16, n_test=40, batch_size=8)
+    first, again = task.eval_batches(16), Add(seq_len=16, n_test=40, batch_size=8).eval_batches(16)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again))
+    train = next(task.train_batches(seed=0))[0]
+    assert not torch.equal(train, first[0][0])
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["task.seq_len=5"], "task.seq_len/eval_lengths 5 is too short for add"),
+    (["task.max_decode=3"], "task.max_decode=3 is below the longest target of add (6 tokens"),
+    (["task=dedup", "task.eval_lengths=[30]", "task.max_decode=10"], "longest target of dedup (15 tokens"),
+    (["model.arch=encoder"], "model.arch=encoder on task=add: an encoder sees the target token"),
+    (["task.causal=false"], "model.arch=auto with model.causal=false on task=add"),
+    (["task=lm", "model.arch=encoder_decoder"], "model.arch=encoder_decoder reads a source and a target"),
+    (["model.arch=prefix_lm", "attention=linear"], "attention=linear has no such mask; valid: attention=softmax"),
+    (["model.encoder_layers=3"], "model.encoder_layers=3 is the encoder's depth in an encoder–decoder"),
+    (["model.arch=encoder_decoder", "pos_enc=xpos"], "pos_enc=xpos needs a decoder"),
+    (["model.arch=encoder_decoder", "model.parametrization=mup", "model.mup_base_width=32"],
+     "model.parametrization=mup is not built for model.arch=encoder_decoder"),
+    (["model.arch=seq2seq"], "model.arch='seq2seq' must be one of 'auto', 'decoder', 'encoder', 'prefix_lm', "
+                             "'encoder_decoder'"),
+])
+def test_bad_seq2seq_input_is_named_before_training(overrides, fragment):
+    problems = config_problems(compose(["task=add", *overrides]))
+    assert any(fragment in p for p in problems), problems
+
+
+def test_the_seq2seq_tasks_validate_in_every_family_and_build():
+    for name in ("add", "dedup"):
+        for arch in ("auto", *ARCHS):
+            assert config_problems(compose([f"task={name}", f"model.arch={arch}"])) == []
+    task = build_task(compose(["task=dedup"]).task)
+    assert task.layout.source_len(16) == 8 and task.vocab_size == task.n_classes == 14
+
+
+# ------------------------------------------------------------------------------ the families
+
+def test_an_encoder_token_reaches_the_decoder_and_a_later_target_token_does_not_reach_earlier_ones():
+    model, task = seq2seq_model("encoder_decoder")
+    tokens, _ = rows(task, 4)
+    S = task.source_len(16)
+    base = model(tokens)
+    source_changed = tokens.clone()
+    source_changed[:, 0] = (source_changed[:, 0] + 1) % 10
+    assert (model(source_changed)[:, S - 1:] - base[:, S - 1:]).abs().amax() > 1e-4
+    later = tokens.clone()
+    later[:, S + 2] = (later[:, S + 2] + 1) % 10
+    out = model(later)
+    torch.testing.assert_close(out[:, :S + 2], base[:, :S + 2])
+    assert (out[:, S + 2:] - base[:, S + 2:]).abs().amax() > 1e-4
+    assert (base[:, :S - 1] == 0).all()  # no prediction at the source's columns
+
+
+@pytest.mark.parametrize("arch, source_sees_ahead", [("prefix_lm", True), ("decoder", False)])
+def test_a_prefix_lm_reads_its_source_both_ways_and_its_target_causally(arch, source_sees_ahead):
+    model, task = seq2seq_model(arch)
+    tokens, _ = rows(task, 4)
+    S = task.source_len(16)
+    base = model(tokens)
+    last_source = tokens.clone()
+    last_source[:, S - 2] = (last_source[:, S - 2] + 1) % 10
+    moved = (model(last_source)[:, 0] - base[:, 0]).abs().amax() > 1e-4
+    assert moved == source_sees_ahead
+    later = tokens.clone()
+    later[:, S + 1] = (later[:, S + 1] + 1) % 10
+    torch.testing.assert_close(model(later)[:, :S + 1], base[:, :S + 1])
+
+
+def test_cross_attention_ties_shared_roles_and_keeps_kv_heads():
+    shapes = {}
+    for sharing in ("independent", "qk_shared", "qkv_shared", "kv_shared", "mqa"):
+        model, _ = seq2seq_model("encoder_decoder", qkv_sharing=sharing)
+        cross = model.blocks[0].cross
+        memory = torch.randn(2, 5, 32)
+        q, k, v = cross.project(torch.randn(2, 3, 32), memory)
+        shapes[sharing] = (tuple(q.shape), tuple(k.shape), k is v)
+        if sharing == "qkv_shared":  # Q=K=V: one matrix maps both sequences
+            (w,) = [cross.attn.qkv.weight]
+            torch.testing.assert_close(k, cross.attn.heads(memory @ w.T + cross.attn.qkv.bias))
+    assert shapes["independent"] == ((2, 4, 3, 8), (2, 4, 5, 8), False)
+    assert shapes["kv_shared"][2] and shapes["qkv_shared"][2]
+    assert shapes["mqa"][1] == (2, 1, 5, 8)
+
+
+def test_a_user_attention_without_roles_is_refused_in_cross_attention_with_the_reason():
+    from ablate.model.seq2seq import CrossAttention
+
+    class Mine(torch.nn.Module):
+        d_model, n_heads = 32, 4
+
+    with pytest.raises(ValueError, match="has no fused projection `qkv` with `roles`, so it cannot serve cross-attention"):
+        CrossAttention(Mine())
+
+
+def test_an_encoder_decoder_counts_its_cross_attention_flops_and_parameters():
+    model, task = seq2seq_model("encoder_decoder", pos_enc="learned")
+    tokens, _ = rows(task, 4)
+    model(tokens)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(tokens)
+    measured = counter.get_total_flops() / tokens.numel()
+    analytic = sum(model.flops_by_component(16, 4).values())
+    assert abs(analytic - measured) <= 0.02 * measured, (analytic, measured)
+    assert model.flops_by_component(16)["cross_attention"] > 0
+    decoder, _ = seq2seq_model("decoder", pos_enc="learned")
+    cross = sum(p.numel() for b in model.blocks for p in b.cross.parameters())
+    assert cross > 0 and model.num_params() > 2 * decoder.num_params() - 64 * 32  # a second stack and cross-attention
+
+
+def test_separate_depths_and_deepnets_encoder_decoder_constants():
+    task = Add(seq_len=16)
+    cfg = make_cfg(norm={"name": "deepnorm", "placement": "post"}, init="deepnet")
+    cfg["model"].update(arch="encoder_decoder", encoder_layers=3)
+    model = build_model(cfg, task.vocab_size, task.n_classes, 16, task.pad_id, task.layout)
+    assert isinstance(model, EncoderDecoder) and len(model.encoder) == 3 and len(model.blocks) == 2
+    alphas, betas = stack_alphas(type(model.blocks[0].attn_norm), 2, 3), deepnet_betas(2, 3)
+    assert model.encoder[0].alpha == pytest.approx(0.81 * (3 ** 4 * 2) ** (1 / 16))
+    assert model.blocks[0].alpha == pytest.approx((3 * 2) ** 0.25) == pytest.approx(alphas["decoder"])
+    assert betas["decoder"] == pytest.approx((12 * 2) ** -0.25)
+    assert betas["encoder"] == pytest.approx(0.87 * (3 ** 4 * 2) ** (-1 / 16))
+
+
+# ------------------------------------------------------------------------------ decoding
+
+CACHED = [(arch, pos, sharing) for arch in ARCHS
+          for pos in ("learned", "sinusoidal", "rope", "alibi", "t5_bias", "kerple", "none", "xpos")
+          for sharing in ("independent", "qkv_shared", "gqa")
+          if not (pos == "xpos" and arch != "decoder")]
+
+
+@pytest.mark.parametrize("arch, pos, sharing", CACHED)
+def test_a_cached_step_gives_the_logits_of_the_whole_forward(arch, pos, sharing):
+    model, task = seq2seq_model(arch, pos_enc=pos, qkv_sharing=sharing)
+    assert decodes_cached(model) is None
+    tokens, _ = rows(task, 3, 22)
+    S, T = task.source_len(22), 22
+    full = model(tokens)
+    with torch.no_grad():
+        step = _cached_steps(model, tokens, S, T)
+        for column in range(S - 1, T):  # teacher-forced: the row's own next token fed to each step
+            got = step(None if column == S - 1 else tokens[:, column])
+            torch.testing.assert_close(got, full[:, column], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_and_uncached_greedy_decoding_write_the_same_tokens(arch):
+    model, task = seq2seq_model(arch, pos_enc="rope")
+    with torch.no_grad():
+        for p in model.head.parameters():
+            p.mul_(30)  # confident predictions: no near-ties between the two paths' rounding
+    tokens, _ = rows(task, 8)
+    cached, uncached = greedy(model, tokens, cache=True), greedy(model, tokens, cache=False)
+    assert torch.equal(cached, uncached)
+    assert cached.shape == (8, 16 - task.source_len(16) + 1)
+    assert len(set(cached.flatten().tolist())) > 1
+
+
+@pytest.mark.parametrize("groups, reason", [
+    ({"pos_enc": "deberta"}, "pos_enc=deberta scores keys"),
+    ({"attention": "local"}, "attention=local is not softmax"),
+    ({"attention": "linear"}, "attention=linear is not softmax"),
+    ({"qkv_sharing": {"name": "qk_shared", "mask_self": True}}, "mask_self hides"),
+])
+def test_what_cannot_step_decodes_uncached_and_says_why(groups, reason):
+    model, task = seq2seq_model("decoder", **groups)
+    assert reason in decodes_cached(model)
+    tokens, _ = rows(task, 4)
+    with pytest.raises(ValueError, match="no cached decoding"):
+        greedy(model, tokens, cache=True)
+    assert greedy(model, tokens).shape == (4, 7)  # uncached, by the whole row per token
+
+
+def test_exact_match_is_the_share_of_rows_decoded_to_the_target_with_its_eos():
+    model, task = seq2seq_model("encoder_decoder")
+    tokens, targets = rows(task, 16)
+    S = task.source_len(16)
+    generated = greedy(model, tokens)
+    rigged = targets.clone()  # the first 5 rows' targets made what the model writes
+    for r in range(5):
+        eos = (generated[r] == task.eos_id).nonzero()
+        end = int(eos[0]) + 1 if len(eos) else generated.shape[1]
+        rigged[r, S - 1:] = IGNORE
+        rigged[r, S - 1:S - 1 + end] = generated[r, :end]
+    module = AblateModule(model, {}, 1, [16], task.metric, task.n_classes)
+    module.on_validation_epoch_start()
+    module.validation_step((tokens, rigged), 0)
+    result = module.eval_results()["16"]
+    truth = [bool(((generated[r, :len(ref)] == ref)).all())
+             for r, ref in enumerate([rigged[r, S - 1:][rigged[r, S - 1:] != IGNORE] for r in range(16)])]
+    assert result["accuracy"] == pytest.approx(sum(truth) / 16) and sum(truth) >= 5
+    assert 0 <= result["token_accuracy"] <= 1
+
+
+@pytest.mark.parametrize("group", ["qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init"])
+def test_every_option_builds_in_the_new_families_or_is_refused_with_its_reason(group):
+    refused = {("attention", "linear", "prefix_lm"): "has no such mask", ("attention", "local", "prefix_lm"): "has no such mask",
+               ("pos_enc", "xpos", "prefix_lm"): "needs a decoder", ("pos_enc", "xpos", "encoder_decoder"): "needs a decoder"}
+    partners = {("norm", "deepnorm"): ["norm.placement=post", "init=deepnet"],
+                ("init", "deepnet"): ["norm=deepnorm", "norm.placement=post"]}
+    for option in builtin_options(group):
+        for arch in ("prefix_lm", "encoder_decoder"):
+            problems = config_problems(compose(["task=dedup", "task.seq_len=12", "model.d_model=16", "model.n_heads=2",
+                                                f"model.arch={arch}", f"{group}={option}",
+                                                *partners.get((group, option), [])]))
+            expected = refused.get((group, option, arch))
+            if expected:
+                assert any(expected in p for p in problems), (option, arch, problems)
+            else:
+                assert problems == [], (option, arch, problems)
