@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -89,6 +89,16 @@ def f1_accuracy(confusion: Tensor) -> float:
     return (binary_f1(confusion) + accuracy) / 2
 
 
+def text_scores(pairs: Sequence[tuple[str, str]]) -> dict[str, float]:
+    """Corpus BLEU (Papineni et al. 2002) and chrF (Popović 2015) of (decoded, reference) texts, as
+    sacrebleu computes them with its defaults (0–100)."""
+    import sacrebleu
+
+    hypotheses, references = [h for h, _ in pairs], [[r for _, r in pairs]]
+    return {"bleu": float(sacrebleu.corpus_bleu(hypotheses, references).score),
+            "chrf": float(sacrebleu.corpus_chrf(hypotheses, references).score)}
+
+
 #: headline metrics computed from the confusion matrix; every other metric is plain accuracy
 CONFUSION_METRICS = {"matthews_corr": matthews_corr, "f1": binary_f1, "f1_accuracy": f1_accuracy}
 #: the confusion metrics whose record keeps F1 too (``Score.f1``)
@@ -123,10 +133,12 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Ite
 class AblateModule(pl.LightningModule):
     def __init__(self, model: nn.Module, optim: Mapping[str, Any], total_steps: int,
                  val_lengths: list[int] | None = None, metric: str = "accuracy", n_classes: int = 0,
-                 max_decode: int | None = None) -> None:
+                 max_decode: int | None = None, detokenize: Callable[[Sequence[int]], str] | None = None) -> None:
         super().__init__()
         self.model = model
         self.max_decode = max_decode  # a seq2seq task's limit on greedy decoding (None: the row's end)
+        self.detokenize = detokenize  # a text seq2seq task's ids -> text: BLEU and chrF of the decodings
+        self._texts: dict[int, list[tuple[str, str]]] = {}  # (decoded, reference) per length
         self.optim = dict(optim)
         self.total_steps = total_steps
         self.val_lengths = list(val_lengths or [])
@@ -159,7 +171,7 @@ class AblateModule(pl.LightningModule):
         else:
             loss_sum = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
             correct = (logits.argmax(-1) == targets)[labelled].sum()
-        exact, rows = self._exact_matches(tokens, targets) if getattr(self.model, "layout", None) else (0, 0)
+        exact, rows = self._exact_matches(tokens, targets, length) if getattr(self.model, "layout", None) else (0, 0)
         sums = torch.tensor([0.0, 0.0, 0.0, float(exact), float(rows)], device=tokens.device)
         sums[:3] = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
         self._eval_sums[length] = self._eval_sums.get(length, 0) + sums.detach()
@@ -168,8 +180,9 @@ class AblateModule(pl.LightningModule):
             counts = torch.bincount(pairs, minlength=self.n_classes ** 2).view(self.n_classes, self.n_classes)
             self._confusion[length] = self._confusion.get(length, 0) + counts
 
-    def _exact_matches(self, tokens: Tensor, targets: Tensor) -> tuple[int, int]:
-        """(rows whose greedy decoding is the target, EOS included; rows) of a seq2seq batch."""
+    def _exact_matches(self, tokens: Tensor, targets: Tensor, length: int) -> tuple[int, int]:
+        """(rows whose greedy decoding is the target, EOS included; rows) of a seq2seq batch; with
+        ``detokenize``, each row's decoded and reference text kept for BLEU and chrF."""
         from ablate.model.generate import greedy
 
         S = self.model.layout.source_len(tokens.shape[1])
@@ -179,10 +192,14 @@ class AblateModule(pl.LightningModule):
             generated = torch.cat([generated, generated.new_full((len(generated), reference.shape[1] - generated.shape[1]),
                                                                  IGNORE)], 1)
         labelled = reference != IGNORE
+        if self.detokenize is not None:
+            texts = self._texts.setdefault(length, [])
+            for decoded, ref, keep in zip(generated.tolist(), reference.tolist(), labelled.tolist()):
+                texts.append((self.detokenize(decoded), self.detokenize([r for r, k in zip(ref, keep) if k])))
         return int(((generated == reference) | ~labelled).all(1).sum()), len(tokens)
 
     def on_validation_epoch_start(self) -> None:
-        self._eval_sums, self._confusion, self._scores = {}, {}, {}
+        self._eval_sums, self._confusion, self._scores, self._texts = {}, {}, {}, {}
 
     def on_validation_epoch_end(self) -> None:
         for length, sums in self._eval_sums.items():
@@ -193,6 +210,10 @@ class AblateModule(pl.LightningModule):
                     self._confusion[length] = gathered.reshape(-1, self.n_classes, self.n_classes).sum(0)
                 if length in self._scores:
                     self._scores[length] = [self._gather_pairs(torch.cat(self._scores[length], 1))]
+                if length in self._texts:  # every rank's decodings, for one corpus score
+                    gathered: list[Any] = [None] * self.trainer.world_size
+                    torch.distributed.all_gather_object(gathered, self._texts[length])
+                    self._texts[length] = [pair for part in gathered for pair in part]
         for length, e in self.eval_results().items():
             self.log_dict({f"{self.eval_split}/loss@{length}": e["loss"],
                            f"{self.eval_split}/accuracy@{length}": e["accuracy"]},
@@ -210,15 +231,15 @@ class AblateModule(pl.LightningModule):
     def evaluate(self, batches: Sequence[tuple[Tensor, Tensor]]) -> dict[str, float]:
         """Loss and headline metric over ``batches`` at the training length, in eval mode, without
         logging and without touching the last validation's results (a learning curve's point)."""
-        saved, was_training = (self._eval_sums, self._confusion, self._scores), self.training
-        self._eval_sums, self._confusion, self._scores = {}, {}, {}
+        saved, was_training = (self._eval_sums, self._confusion, self._scores, self._texts), self.training
+        self._eval_sums, self._confusion, self._scores, self._texts = {}, {}, {}, {}
         self.eval()
         try:
             for tokens, targets in batches:
                 self.validation_step((tokens.to(self.device), targets.to(self.device)), 0)
             (result,) = self.eval_results().values()
         finally:
-            self._eval_sums, self._confusion, self._scores = saved
+            self._eval_sums, self._confusion, self._scores, self._texts = saved
             self.train(was_training)
         return result
 
@@ -227,7 +248,7 @@ class AblateModule(pl.LightningModule):
         ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
         metric that metric (plain accuracy is then kept as ``label_accuracy``, and F1 as ``f1`` where the
         metric is built on it); for a seq2seq task the exact match of greedy decoding (the teacher-forced
-        token accuracy kept as ``token_accuracy``); for a regression the mean of Pearson's and Spearman's correlation (each
+        token accuracy kept as ``token_accuracy``, and for text corpus ``bleu`` and ``chrf``, 0–100); for a regression the mean of Pearson's and Spearman's correlation (each
         kept as ``pearson``, ``spearman``)."""
         out = {}
         for length, sums in self._eval_sums.items():
@@ -243,6 +264,8 @@ class AblateModule(pl.LightningModule):
             if length in self._scores:  # a regression: no accuracy, the correlations
                 predicted, true = torch.cat(self._scores[length], 1).cpu()
                 e.update(pearson_spearman(predicted, true))
+            if length in self._texts:
+                e.update(text_scores(self._texts[length]))
             out[str(length)] = e
         return out
 

@@ -53,6 +53,8 @@ class Score:
     count: int | None = None              # scored positions
     label_accuracy: float | None = None   # plain accuracy where ``accuracy`` is a confusion metric
     token_accuracy: float | None = None   # seq2seq: teacher-forced token accuracy; ``accuracy`` is exact match
+    bleu: float | None = None             # a text seq2seq task's corpus BLEU and chrF of greedy decoding (0-100)
+    chrf: float | None = None
     f1: float | None = None               # F1 of class 1 where the metric is built on it (MRPC, QQP)
     pearson: float | None = None          # a regression's (STS-B) correlations, whose mean is ``accuracy``
     spearman: float | None = None

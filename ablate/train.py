@@ -62,7 +62,7 @@ def build(cfg: DictConfig, pretrained: Pretrained | None = None) -> tuple[Any, A
     else:
         model = finetune_model(cfg, pretrained, data)
     module = AblateModule(model, cfg.optim, cfg.trainer.max_steps, data.val_lengths, data.metric, data.n_classes,
-                          data.max_decode)
+                          data.max_decode, data.detokenize)
     return data, model, module
 
 

@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 from ablate.config import config_problems
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TASK_PATHS = {"classify": FIXTURES / "classify", "tagging": FIXTURES / "tagging", "glue": FIXTURES / "glue_sst2"}
+TASK_PATHS = {"classify": FIXTURES / "classify", "tagging": FIXTURES / "tagging", "glue": FIXTURES / "glue_sst2",
+              "seq2seq_file": FIXTURES / "seq2seq_file"}
 BASE = ["trainer=debug", "logger=none", "model.d_model=16", "model.n_heads=2", "model.n_layers=1"]
 
 

@@ -287,3 +287,87 @@ def test_every_option_builds_in_the_new_families_or_is_refused_with_its_reason(g
                 assert any(expected in p for p in problems), (option, arch, problems)
             else:
                 assert problems == [], (option, arch, problems)
+
+
+# ------------------------------------------------------------------------------ your own parallel text
+
+def _tsv(tmp_path, train: list[str], dev: list[str]):
+    (tmp_path / "train.tsv").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_a_tsv_of_pairs_becomes_rows_with_padded_sources_and_cut_targets(tmp_path):
+    from ablate.data.seq2seq import Seq2SeqFile
+
+    path = _tsv(tmp_path, [f"ab{'c' * (i % 5)}\tx{i}y" for i in range(40)] + ["a very long source line\tshort",
+                                                                             "s\ta target much too long"],
+                ["héllo\twörld"])
+    task = Seq2SeqFile(seq_len=16, path=str(path), source_len=6, n_val=4, batch_size=8)
+    task.setup()
+    (tokens, targets), = task.eval_batches(16)
+    assert task.layout.source_len(16) == 7 and task.layout.padded_sources
+    row = tokens[0].tolist()
+    source = "héllo".encode()
+    assert row[:6] == list(source)[:6] and row[6] == task.sep_id
+    assert task.detokenize([t for t in targets[0].tolist() if t != IGNORE]) == "wörld"
+    assert sum(len(b[0]) for b in task.eval_batches(16, "validation")) == 4  # carved out of train.tsv
+    train = task.encoded("train", 16).tokens
+    short = next(r for r in train if r[5] == ord("s") and r[4] == task.pad_id)  # the source "s"
+    assert short[:5].tolist() == [task.pad_id] * 5 and short[6] == task.sep_id  # left-padded to SEP
+    cut = task.encoded("train", 16)
+    labelled = (cut.targets != IGNORE).sum(1)
+    assert int(labelled.max()) == 16 - 7 + 1  # a too long target fills the row, without EOS
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (["a\tb\tc"], "train.tsv:1: a line must be source<TAB>target (one tab), got 2 tabs"),
+    ([], "train.tsv: no source<TAB>target line"),
+])
+def test_a_bad_tsv_is_named_by_file_and_line(tmp_path, content, fragment):
+    from ablate.data.seq2seq import Seq2SeqFile
+
+    path = _tsv(tmp_path, content, ["a\tb"])
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        Seq2SeqFile(seq_len=16, path=str(path)).setup()
+
+
+def test_seq2seq_file_settings_are_checked_before_training(tmp_path):
+    assert any("task.path is required" in p for p in config_problems(compose(["task=seq2seq_file"])))
+    path = _tsv(tmp_path, ["a\tb", "c\td"], ["a\tb"])
+    problems = config_problems(compose(["task=seq2seq_file", f"task.path={path}", "task.source_len=63"]))
+    assert any("task.source_len=63 must leave room for SEP and a target in task.seq_len=64: valid 1 to 62" in p
+               for p in problems), problems
+    assert config_problems(compose(["task=seq2seq_file", f"task.path={path}", "model.arch=encoder_decoder"])) == []
+
+
+def test_bleu_and_chrf_score_the_decoded_text_as_sacrebleu_does(tmp_path):
+    import sacrebleu
+
+    from ablate.data.seq2seq import Seq2SeqFile
+
+    pairs = ["the cat sat\tsat cat the", "a red tree\ttree red a", "big dog ran\tran dog big"] * 4
+    task = Seq2SeqFile(seq_len=24, path=str(_tsv(tmp_path, pairs, pairs)), batch_size=12)
+    task.setup()
+    (tokens, targets), = task.eval_batches(24)
+    model, _ = seq2seq_model("encoder_decoder", task=task)
+    S = task.layout.source_len(24)
+    decoded = greedy(model, tokens)
+    rigged = targets.clone()  # half the rows' references made what the model writes
+    for r in range(6):
+        end = next((j + 1 for j, t in enumerate(decoded[r].tolist()) if t == task.eos_id), decoded.shape[1])
+        rigged[r, S - 1:] = IGNORE
+        rigged[r, S - 1:S - 1 + end] = decoded[r, :end]
+    module = AblateModule(model, {}, 1, [24], task.metric, task.n_classes, None, task.detokenize)
+    module.on_validation_epoch_start()
+    module.validation_step((tokens, rigged), 0)
+    result = module.eval_results()["24"]
+    hypotheses = [task.detokenize(d) for d in decoded.tolist()]
+    references = [task.detokenize([t for t in r[S - 1:].tolist() if t != IGNORE]) for r in rigged]
+    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+    perfect = AblateModule(model, {}, 1, [24], task.metric, task.n_classes, None, task.detokenize)
+    perfect.on_validation_epoch_start()
+    perfect._texts[24] = [("the quick brown fox jumps over the lazy dog",) * 2]
+    perfect._eval_sums[24] = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0])
+    assert perfect.eval_results()["24"]["bleu"] == pytest.approx(100.0)

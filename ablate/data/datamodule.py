@@ -89,6 +89,7 @@ class AblateDataModule(pl.LightningDataModule):
         self.metric: str = t.metric
         self.layout = getattr(t, "layout", None)  # a seq2seq task's rows (ablate.model.seq2seq.Seq2SeqLayout)
         self.max_decode: int | None = getattr(t, "max_decode", None)
+        self.detokenize = t.detokenize if getattr(t, "text", False) else None  # a text seq2seq task's ids -> text
         self.causal: bool = t.causal
         self.seq_len: int = t.seq_len
         self.batch_size: int = t.batch_size

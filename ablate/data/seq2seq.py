@@ -17,18 +17,26 @@ Built-in, offline, generated from a seed like the digit tasks:
   Transformers", §4). ``n = (T - 4) // 3``: a longer ``eval_lengths`` entry means longer numbers.
 * ``dedup``: ``m`` digits with runs -> the digits with each run collapsed to one (Unix ``uniq``):
   a target of 1 … m tokens. ``m = (T - 2) // 2``.
+
+Your own parallel data (``seq2seq_file``): a directory ``task.path`` with ``train.tsv`` and
+``dev.tsv``, one example per line, ``source<TAB>target`` (no header), as UTF-8 bytes (ids 0–255;
+PAD 256, SEP 257, EOS 258). The source region holds ``task.source_len`` bytes (default: half the
+row); a longer source keeps its first bytes, a target longer than the rest of the row is cut (and
+so never matches exactly). Scored also by corpus BLEU and chrF (sacrebleu) of the decoded text.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Sequence
 
 import torch
 
 from ablate.components import Range
 from ablate.model.seq2seq import Seq2SeqLayout
 
-from .base import IGNORE, Batch, SyntheticTask
+from .base import IGNORE, N_VAL, Batch, SyntheticTask
+from .files import FileTask
 
 N_DIGITS = 10
 
@@ -183,3 +191,110 @@ class Dedup(Seq2SeqTask):
                     digits[i] = digits[i - 1]
             out.append((digits, [d for i, d in enumerate(digits) if i == 0 or d != digits[i - 1]]))
         return out
+
+
+class _PairRows:
+    """Encoded rows of a seq2seq file: ``tokens`` and ``targets`` (N, T)."""
+
+    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor):
+        self.tokens, self.targets = tokens, targets
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def batch(self, idx) -> Batch:
+        return self.tokens[idx], self.targets[idx]
+
+
+def read_pairs(path: Path) -> list[tuple[str, str]]:
+    """``source<TAB>target`` lines of ``path`` (blank lines skipped); a line without exactly one tab
+    is refused, naming the file and the line."""
+    pairs = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{number}: a line must be source<TAB>target (one tab), got {len(parts) - 1} tabs")
+        pairs.append((parts[0], parts[1]))
+    if not pairs:
+        raise ValueError(f"{path}: no source<TAB>target line")
+    return pairs
+
+
+class Seq2SeqFile(FileTask):
+    """Your own parallel text (module docstring): ``train.tsv`` and ``dev.tsv`` in ``task.path``, UTF-8
+    bytes. Test: the whole dev file; validation: carved out of the training file (``FileTask``)."""
+
+    name = "seq2seq_file"
+    metric = "exact_match"
+    seq2seq = True
+    text = True  # decodings are text: BLEU and chrF too
+    path_required = True
+    BYTES = 256
+
+    def __init__(self, seq_len: int = 64, eval_lengths: Sequence[int] = (), batch_size: int = 32, causal: bool = True,
+                 n_val: int = N_VAL, path: str | None = None, train_file: str = "train.tsv", dev_file: str = "dev.tsv",
+                 source_len: int | None = None, max_decode: int | None = None):
+        super().__init__(seq_len, eval_lengths, batch_size, causal, n_val)
+        self.pad_id, self.sep_id, self.eos_id = self.BYTES, self.BYTES + 1, self.BYTES + 2
+        self.vocab_size = self.n_classes = self.BYTES + 3
+        self.capacity = int(source_len) if source_len is not None else (self.seq_len - 1) // 2
+        self.max_decode = max_decode
+        self.layout = Seq2SeqLayout(self.sep_id, self.eos_id, {T: self.capacity + 1 for T in self.test_lengths},
+                                    padded_sources=True)
+        self._path, self._files = path, (train_file, dev_file)
+
+    @staticmethod
+    def what(train_file: str = "train.tsv", dev_file: str = "dev.tsv") -> str:
+        return f"{train_file} and {dev_file}, one source<TAB>target pair per line"
+
+    @classmethod
+    def problems(cls, cfg: dict, context: Any = None) -> list[str]:
+        from .files import _dir_problems
+
+        out = super().problems(cfg, context)
+        out += _dir_problems(cls.name, cfg.get("path"), [cfg.get("train_file", "train.tsv"), cfg.get("dev_file", "dev.tsv")],
+                             cls.what(cfg.get("train_file", "train.tsv"), cfg.get("dev_file", "dev.tsv")))
+        seq_len, capacity = cfg.get("seq_len", 64), cfg.get("source_len")
+        if isinstance(seq_len, int) and isinstance(capacity, int) and not 1 <= capacity <= seq_len - 2:
+            out.append(f"task.source_len={capacity} must leave room for SEP and a target in task.seq_len={seq_len}: "
+                       f"valid 1 to {seq_len - 2}")
+        limit = cfg.get("max_decode")
+        if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
+            out.append(f"task.max_decode={limit!r} must be a positive integer or null (null: to the row's end)")
+        return out
+
+    def _setup(self) -> None:
+        self._locate(self._path, *self._files)
+        rows = self._carve(read_pairs(self.files["train"]), str(self.files["train"]))
+        self._pairs = {**rows, "dev": read_pairs(self.files["dev"])}
+        limit, longest = self.max_decode, max(len(t.encode()) + 1 for _, t in self._pairs["train"])
+        if limit is not None and limit < min(longest, self.seq_len - self.capacity):
+            raise ValueError(f"task.max_decode={limit} is below the longest training target of {self.files['train']} "
+                             f"({longest} tokens with EOS); raise it or leave it null")
+
+    def _encode(self, split: str, length: int) -> _PairRows:
+        pairs = self._pairs[split]
+        S = self.capacity + 1
+        tokens = torch.full((len(pairs), length), self.pad_id, dtype=torch.long)
+        targets = torch.full((len(pairs), length), IGNORE, dtype=torch.long)
+        for row, (source, target) in enumerate(pairs):
+            src = list(source.encode())[:self.capacity]
+            out = (list(target.encode()) + [self.eos_id])[:length - S + 1]
+            if src:
+                tokens[row, S - 1 - len(src):S - 1] = torch.tensor(src)
+            tokens[row, S - 1] = self.sep_id
+            tokens[row, S:S + len(out) - 1] = torch.tensor(out[:-1], dtype=torch.long)
+            targets[row, S - 1:S - 1 + len(out)] = torch.tensor(out, dtype=torch.long)
+        return _PairRows(tokens, targets)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of token ids up to the first EOS (specials dropped), UTF-8 decoded leniently."""
+        out = bytearray()
+        for i in ids:
+            if int(i) == self.eos_id:
+                break
+            if int(i) < self.BYTES:
+                out.append(int(i))
+        return out.decode("utf-8", errors="replace")
