@@ -74,6 +74,15 @@ class CurvePoint:
 
 
 @dataclass
+class Sample:
+    """One test row of a seq2seq task as the trained model decodes it greedily (``metrics.samples``)."""
+
+    source: str = ""
+    target: str = ""
+    decoded: str = ""
+
+
+@dataclass
 class Metrics:
     """What training measured (docs/internals.md, "Records"); None where a run never got that far."""
 
@@ -84,6 +93,7 @@ class Metrics:
     eval_extra: dict[str, Score] = field(default_factory=dict)  # other dev sets at the training length (MNLI "mismatched")
     val: Score | None = None              # the validation split at the end (model selection)
     history: list[CurvePoint] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # seq2seq: the first test rows, decoded greedily
     early_loss: float | None = None
     early_loss_step: int | None = None
     final_loss: float | None = None
@@ -370,6 +380,7 @@ def _metrics(data: dict[str, Any]) -> Metrics:
     metrics.eval_extra = {str(k): _entry(Score, v) for k, v in (data.get("eval_extra") or {}).items()}
     metrics.val = _entry(Score, data.get("val"))
     metrics.history = [from_fields(CurvePoint, p) for p in data.get("history") or []]
+    metrics.samples = [from_fields(Sample, p) for p in data.get("samples") or [] if isinstance(p, dict)]
     metrics.time_s = dict(data.get("time_s") or {})
     return metrics
 

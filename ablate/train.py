@@ -18,7 +18,7 @@ from ablate.finetune import (PRETRAINED, Pretrained, PretrainedError, finetune_m
                              run_seed, save_pretrained, stage)
 from ablate.job import Job
 from ablate.measure import accumulated_batches, cpu_model, flops_per_token, load_average
-from ablate.record import FinetuneEntry, Metrics, Score
+from ablate.record import FinetuneEntry, Metrics, Sample, Score
 from ablate.settings import EvalSettings, read_settings
 
 
@@ -204,6 +204,32 @@ def train(cfg: DictConfig, job: Job, run: Any, metrics: Metrics, checkpointer: A
         data.task.add_bits_per_byte(evals, lambda length: data.eval_batches(length, "test"))
         metrics.update(**{k: first[k] for k in ("bytes_per_token", "bits_per_byte") if k in first})
     metrics.eval = {length: Score(**e) for length, e in evals.items()}
+    if data.layout is not None:
+        metrics.samples = decoded_samples(model, data)
+
+
+#: test rows a seq2seq run keeps as decoded (``metrics.samples``; the report shows them)
+SAMPLES = 4
+
+
+def decoded_samples(model: Any, data: Any, n: int = SAMPLES) -> list[Sample]:
+    """The first ``n`` test rows at the training length, as the model decodes them greedily: source,
+    target and decoding as text (the task's ``detokenize``)."""
+    from ablate.data.base import IGNORE
+    from ablate.model.generate import greedy
+
+    tokens, targets = data.eval_batches(data.seq_len, "test")[0]
+    tokens, targets = tokens[:n], targets[:n]
+    S = data.layout.source_len(tokens.shape[1])
+    decoded = greedy(model, tokens.to(next(model.parameters()).device), data.max_decode).cpu()
+    text = data.task.detokenize
+    out = []
+    for row, target, dec in zip(tokens.tolist(), targets.tolist(), decoded.tolist()):
+        source = [t for t in row[:S - 1] if t != data.pad_id]
+        reference = [t for t in target[S - 1:] if t != IGNORE]
+        cut = dec[:dec.index(data.layout.eos_id) + 1] if data.layout.eos_id in dec else dec
+        out.append(Sample(source=text(source), target=text(reference), decoded=text(cut)))
+    return out
 
 
 def _pace_check(cfg: DictConfig, job: Job, meter: Any) -> Any:

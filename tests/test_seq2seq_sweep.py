@@ -45,6 +45,10 @@ def test_the_three_families_sweep_flops_matched_and_end_in_their_table(tmp_path:
 
     with (sweep / "table.csv").open() as f:
         rows = {row["variant"]: row for row in csv.DictReader(f)}
+    samples = recs["prefix_lm"]["metrics"]["samples"]
+    assert len(samples) == 4 and all(s["source"].count("+") == 1 and s["target"].endswith("$") for s in samples)
+    page = (sweep / "report.html").read_text()
+    assert page.count('id="sample-table"') == 1 and all(f"<code>{s['source']}</code>" in page for s in samples)
     assert list(rows) == ["decoder", "prefix_lm", "encoder_decoder"]
     assert {row["metric"] for row in rows.values()} == {"exact_match"}
     assert rows["encoder_decoder"]["steps"] == str(enc_dec["steps"])

@@ -7,6 +7,7 @@ The page holds, from the same records and ``SweepTable`` as every other format:
   inline JavaScript; ``report.html#sort=TABLE.COLUMN[.desc]`` opens it sorted, e.g. ``#sort=paper.1.desc``);
 * the figures (``table.png`` or a ladder's ``scaling.png``, ``curves.png``, ``lr.png``, and any
   other the table draws) embedded as base64 PNG;
+* for a seq2seq task, sample generations: each variant's first test rows as it decodes them;
 * one line per run: its variant, seed, status, error, figures and links to its job directory,
   ``result.json`` and wandb run directory (relative links: they work while the page sits in the
   sweep directory);
@@ -197,6 +198,29 @@ def runs_table(records: list[Record], table: TableLayout, sweep_dir: Path) -> st
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
+def samples_html(records: list[Record], table: TableLayout) -> str:
+    """A seq2seq sweep's decodings: per variant, its first run's test rows (source, target, what the
+    model wrote greedily); empty for other tasks."""
+    shown: dict[str, Record] = {}
+    for record, (_, place) in zip(records, run_places(records, table)):
+        if record.metrics.samples:
+            shown.setdefault(f"{place.label} · {place.column}" if place.column else place.label, record)
+    if not shown:
+        return ""
+    body = []
+    for label, record in shown.items():
+        for i, sample in enumerate(record.metrics.samples):
+            right = "ok" if sample.decoded == sample.target else "failed"
+            body.append("<tr>" + (_cell(escape(label), left=True) if i == 0 else _cell("")) +
+                        _cell(f"<code>{escape(sample.source)}</code>", left=True) +
+                        _cell(f"<code>{escape(sample.target)}</code>", left=True) +
+                        _cell(f"<code>{escape(sample.decoded)}</code>", left=True, css=f"status-{right}") + "</tr>")
+    return ('<section id="samples"><h2>Sample generations</h2><p>The first test rows, decoded greedily by each '
+            "variant's first run (green: the target exactly; red: not).</p>"
+            f'<table id="sample-table">{_head(["variant", "source", "target", "decoded"], {0, 1, 2, 3})}'
+            f'<tbody>{"".join(body)}</tbody></table></section>')
+
+
 def figures_html(figures: dict[str, Path]) -> str:
     out = []
     for path in figures.values():
@@ -253,6 +277,7 @@ header to sort by it</p>
 <details><summary>All columns (table.csv: raw values, accuracy as a fraction)</summary>{all_columns_table(table)}</details>
 </section>
 <section id="figures"><h2>Figures</h2>{figures_html(figures)}</section>
+{samples_html(records, table)}
 <section id="runs-section"><h2>Runs</h2>{runs_table(records, table, sweep_dir)}</section>
 <section id="statistics"><h2>How to read the numbers</h2>{statistics_html(table)}</section>
 <script>{SCRIPT}</script>
