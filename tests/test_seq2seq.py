@@ -146,6 +146,45 @@ def test_a_prefix_lm_reads_its_source_both_ways_and_its_target_causally(arch, so
     torch.testing.assert_close(model(later)[:, :S + 1], base[:, :S + 1])
 
 
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+def test_the_encoder_decoder_computes_what_torch_nn_transformer_computes_with_the_same_weights():
+    """Vaswani et al.'s encoder–decoder as PyTorch builds it (pre-LN, GELU): its weights copied into
+    ablate's, the decoder's outputs agree. Positions none: both add nothing to the embeddings."""
+    model, task = seq2seq_model("encoder_decoder", pos_enc="none", ffn="gelu")
+    reference = torch.nn.Transformer(32, 4, 2, 2, 128, 0.0, activation="gelu", batch_first=True,
+                                     norm_first=True).eval()
+
+    def copy(mine: torch.nn.Module, theirs: torch.nn.Module) -> None:
+        mine.weight.data.copy_(theirs.weight)
+        mine.bias.data.copy_(theirs.bias)
+
+    def attention(mine, theirs) -> None:
+        mine.qkv.weight.data.copy_(theirs.in_proj_weight)
+        mine.qkv.bias.data.copy_(theirs.in_proj_bias)
+        copy(mine.out_proj, theirs.out_proj)
+
+    for block, layer in zip(model.encoder, reference.encoder.layers):
+        attention(block.attn, layer.self_attn)
+        for mine, theirs in ((block.attn_norm, layer.norm1), (block.ffn_norm, layer.norm2),
+                             (block.ffn.fc, layer.linear1), (block.ffn.out_proj, layer.linear2)):
+            copy(mine, theirs)
+    for block, layer in zip(model.blocks, reference.decoder.layers):
+        attention(block.attn, layer.self_attn)
+        attention(block.cross.attn, layer.multihead_attn)
+        for mine, theirs in ((block.attn_norm, layer.norm1), (block.cross_norm, layer.norm2),
+                             (block.ffn_norm, layer.norm3), (block.ffn.fc, layer.linear1),
+                             (block.ffn.out_proj, layer.linear2)):
+            copy(mine, theirs)
+    copy(model.enc_norm, reference.encoder.norm)
+    copy(model.final_norm, reference.decoder.norm)
+    tokens, _ = rows(task, 4)
+    source, target = model.split(tokens)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(target.shape[1])
+    with torch.no_grad():
+        theirs = model.head(reference(model.embed(source), model.embed(target), tgt_mask=mask, tgt_is_causal=True))
+        torch.testing.assert_close(model(tokens)[:, source.shape[1]:], theirs, atol=1e-5, rtol=1e-4)
+
+
 def test_cross_attention_ties_shared_roles_and_keeps_kv_heads():
     shapes = {}
     for sharing in ("independent", "qk_shared", "qkv_shared", "kv_shared", "mqa"):
