@@ -310,6 +310,7 @@ def test_exact_match_is_the_share_of_rows_decoded_to_the_target_with_its_eos():
     assert 0 <= result["token_accuracy"] <= 1
 
 
+@pytest.mark.slow  # ~80 configs composed, checked and built on the meta device: ~20 s
 @pytest.mark.parametrize("group", ["qkv_sharing", "attention", "pos_enc", "norm", "ffn", "init"])
 def test_every_option_builds_in_the_new_families_or_is_refused_with_its_reason(group):
     refused = {("attention", "linear", "prefix_lm"): "has no such mask", ("attention", "local", "prefix_lm"): "has no such mask",
@@ -410,3 +411,46 @@ def test_bleu_and_chrf_score_the_decoded_text_as_sacrebleu_does(tmp_path):
     perfect._texts[24] = [("the quick brown fox jumps over the lazy dog",) * 2]
     perfect._eval_sums[24] = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0])
     assert perfect.eval_results()["24"]["bleu"] == pytest.approx(100.0)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+def test_the_reference_script_trains_pytorchs_encoder_decoder_under_both_inits():
+    """scripts/encdec_reference.py (docs/seq2seq.md cites its figures), a few steps."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "encdec_reference.py"
+    spec = importlib.util.spec_from_file_location("encdec_reference", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    losses = {init: script.validation_loss(init, steps=3) for init in ("default", "normal")}
+    assert all(0 < loss < 10 for loss in losses.values()) and losses["default"] != losses["normal"]
+
+
+# ------------------------------------------------------------------------------ tied embeddings
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+def test_tied_embeddings_make_the_head_the_token_table(arch):
+    task = Add(seq_len=16)
+    untied, _ = seq2seq_model(arch, task=task)
+    cfg = make_cfg(d_model=32, n_heads=4, n_layers=2)
+    cfg["model"].update(arch=arch, tie_embeddings=True)
+    tied = build_model(cfg, task.vocab_size, task.n_classes, task.max_len, task.pad_id, task.layout)
+    assert tied.head.weight is tied.tok_emb.weight
+    assert untied.num_params() - tied.num_params() == task.vocab_size * 32
+    tokens, targets = rows(task, 4)
+    from ablate.lit import masked_loss
+    masked_loss(tied(tokens), targets).backward()  # one tensor, one gradient from both uses
+    assert tied.tok_emb.weight.grad is not None and tied.head.weight.grad is tied.tok_emb.weight.grad
+
+
+def test_tied_embeddings_are_refused_where_the_head_does_not_predict_tokens():
+    from ablate.model import ModelSettings
+
+    cfg = make_cfg(d_model=32, n_heads=4, n_layers=2)
+    cfg["model"]["tie_embeddings"] = True
+    with pytest.raises(ValueError, match="the head predicts the task's 3 classes, not its 14 tokens"):
+        build_model(cfg, 14, 3, 16)
+    problems = ModelSettings.problems({"tie_embeddings": True, "parametrization": "mup", "mup_base_width": 32,
+                                       "n_heads": 4}, None)
+    assert any("model.tie_embeddings=true with model.parametrization=mup" in p for p in problems)

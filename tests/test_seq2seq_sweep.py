@@ -21,7 +21,7 @@ from ablate.model.seq2seq import EncoderDecoder
 def test_the_three_families_sweep_flops_matched_and_end_in_their_table(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     args = ["-m", "task=add", "model.arch=decoder,prefix_lm,encoder_decoder", "budget.match=flops", *tiny,
-            "model.n_layers=2", "trainer.max_steps=12", "checkpoint.every_n_steps=4", "checkpoint.keep=true",
+            "model.n_layers=2", "trainer.max_steps=12", "task.eval_lengths=[22]", "checkpoint.every_n_steps=4", "checkpoint.keep=true",
             "logger=csv", f"hydra.sweep.dir={sweep}"]
     plan = run_cli([*args, "--plan"], tmp_path)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -36,7 +36,9 @@ def test_the_three_families_sweep_flops_matched_and_end_in_their_table(tmp_path:
         metrics = record["metrics"]
         assert record["status"] == "ok", record.get("error")
         assert metrics["metric"] == "exact_match"
-        assert 0 <= metrics["eval"]["16"]["accuracy"] <= 1 and 0 <= metrics["eval"]["16"]["token_accuracy"] <= 1
+        for length in ("16", "22"):  # the training length, and longer numbers (6 digits, not 4)
+            assert 0 <= metrics["eval"][length]["accuracy"] <= 1 and 0 <= metrics["eval"][length]["token_accuracy"] <= 1
+        assert metrics["eval"]["22"]["count"] > metrics["eval"]["16"]["count"]
     decoder, enc_dec = recs["decoder"]["metrics"], recs["encoder_decoder"]["metrics"]
     assert enc_dec["params"] > 1.8 * decoder["params"]  # a second stack and cross-attention
     assert enc_dec["flops_per_token"] > decoder["flops_per_token"]

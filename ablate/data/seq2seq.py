@@ -37,6 +37,7 @@ from ablate.model.seq2seq import Seq2SeqLayout
 
 from .base import IGNORE, N_VAL, Batch, SyntheticTask
 from .files import FileTask
+from .formats import _TagRows
 
 N_DIGITS = 10
 
@@ -193,19 +194,6 @@ class Dedup(Seq2SeqTask):
         return out
 
 
-class _PairRows:
-    """Encoded rows of a seq2seq file: ``tokens`` and ``targets`` (N, T)."""
-
-    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor):
-        self.tokens, self.targets = tokens, targets
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def batch(self, idx) -> Batch:
-        return self.tokens[idx], self.targets[idx]
-
-
 def read_pairs(path: Path) -> list[tuple[str, str]]:
     """``source<TAB>target`` lines of ``path`` (blank lines skipped); a line without exactly one tab
     is refused, naming the file and the line."""
@@ -274,7 +262,7 @@ class Seq2SeqFile(FileTask):
             raise ValueError(f"task.max_decode={limit} is below the longest training target of {self.files['train']} "
                              f"({longest} tokens with EOS); raise it or leave it null")
 
-    def _encode(self, split: str, length: int) -> _PairRows:
+    def _encode(self, split: str, length: int) -> _TagRows:
         pairs = self._pairs[split]
         S = self.capacity + 1
         tokens = torch.full((len(pairs), length), self.pad_id, dtype=torch.long)
@@ -287,7 +275,7 @@ class Seq2SeqFile(FileTask):
             tokens[row, S - 1] = self.sep_id
             tokens[row, S:S + len(out) - 1] = torch.tensor(out[:-1], dtype=torch.long)
             targets[row, S - 1:S - 1 + len(out)] = torch.tensor(out, dtype=torch.long)
-        return _PairRows(tokens, targets)
+        return _TagRows(tokens, targets)  # rows of (tokens, targets), as tagging's
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of token ids up to the first EOS (specials dropped), UTF-8 decoded leniently."""

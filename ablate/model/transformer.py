@@ -104,6 +104,9 @@ class ModelSettings:
     arch: Literal["auto", "decoder", "encoder", "prefix_lm", "encoder_decoder"] = "auto"
     # the encoder's depth in an encoder–decoder (null: n_layers, which is the decoder's)
     encoder_layers: PositiveInt | None = None
+    # the head's weight is the token embedding table (Press & Wolf 2017; GPT-2, T5): a head over the
+    # vocabulary only (a task whose labels are tokens: lm, the seq2seq tasks)
+    tie_embeddings: bool = False
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> ModelSettings:
@@ -124,6 +127,9 @@ class ModelSettings:
         if depth is not None and arch != "encoder_decoder":
             return [f"model.encoder_layers={depth} is the encoder's depth in an encoder–decoder; with "
                     f"model.arch={arch} there is one stack of model.n_layers"]
+        if settings.get("tie_embeddings") is True and settings.get("parametrization") == "mup":
+            return ["model.tie_embeddings=true with model.parametrization=mup: μP scales the embeddings and the head "
+                    "apart (mup.py), which one shared table cannot be; valid: one of the two"]
         if arch == "encoder_decoder" and settings.get("parametrization") == "mup":
             return ["model.parametrization=mup is not built for model.arch=encoder_decoder (its base-shape "
                     "bookkeeping covers one stack); valid: decoder, encoder, prefix_lm"]
@@ -390,6 +396,17 @@ def parametrize_mup(model: Transformer, settings: ModelSettings, cfg: Any, schem
     mup.apply(model, base, scheme, head_dim)
 
 
+def tie_embeddings(model: Transformer | EncoderDecoder) -> None:
+    """The head's weight becomes the token embedding table, as the init scheme drew it (one tensor:
+    parameters count it once). Raises ValueError where the head does not predict tokens."""
+    vocab, outputs = model.tok_emb.num_embeddings, model.head.out_features
+    if vocab != outputs:
+        raise ValueError(f"model.tie_embeddings=true: the head predicts the task's {outputs} classes, not its {vocab} "
+                         "tokens, so it cannot be the embedding table; valid: a task whose labels are tokens (lm, "
+                         "add, dedup, seq2seq_file), or model.tie_embeddings=false")
+    model.head.weight = model.tok_emb.weight
+
+
 def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
                 pad_id: int | None = None, layout: Seq2SeqLayout | None = None) -> Transformer | EncoderDecoder:
     """Assemble the model described by ``cfg``, apply its ``init`` scheme and, with
@@ -403,6 +420,8 @@ def build_model(cfg: Any, vocab_size: int, n_outputs: int, max_len: int,
     init(model, **init_settings)
     if settings.parametrization == "mup":
         parametrize_mup(model, settings, cfg, init, max_len, pad_id)
+    if settings.tie_embeddings:
+        tie_embeddings(model)
     for pos in (model.pos, getattr(model, "enc_pos", None)):
         if hasattr(pos, "match_tokens"):  # a fixed position table takes the tokens' scale
             with torch.no_grad():
