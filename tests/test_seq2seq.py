@@ -19,6 +19,7 @@ from ablate.data.base import IGNORE
 from ablate.data.seq2seq import Add, Dedup
 from ablate.lit import AblateModule
 from ablate.model import build_model
+from ablate.model.attention import attention_mask
 from ablate.model.generate import _cached_steps, decodes_cached, greedy
 from ablate.model.norms import deepnet_betas, stack_alphas
 from ablate.model.seq2seq import EncoderDecoder
@@ -183,6 +184,17 @@ def test_the_encoder_decoder_computes_what_torch_nn_transformer_computes_with_th
     with torch.no_grad():
         theirs = model.head(reference(model.embed(source), model.embed(target), tgt_mask=mask, tgt_is_causal=True))
         torch.testing.assert_close(model(tokens)[:, source.shape[1]:], theirs, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["prefix_lm", "encoder_decoder"])
+def test_mask_self_hides_each_tokens_own_key_in_the_self_attention_of_the_new_families(arch):
+    model, task = seq2seq_model(arch, qkv_sharing={"name": "qk_shared", "mask_self": True})
+    tokens, _ = rows(task, 2)
+    if arch == "prefix_lm":
+        mask, _ = model.mask(tokens)
+    else:
+        mask, _ = attention_mask(7, tokens.device, causal=True, mask_self=model.mask_self)
+    assert model.mask_self and not mask.diagonal(dim1=-2, dim2=-1)[..., 1:].any()
 
 
 def test_cross_attention_ties_shared_roles_and_keeps_kv_heads():

@@ -202,6 +202,7 @@ class EncoderDecoder(nn.Module):
         self.head = nn.Linear(d_model, n_outputs, bias=bias)
         self.output_mult = 1.0
         self.flex = "off"
+        self.mask_self = any(getattr(b.attn, "mask_self", False) for b in [*encoder, *blocks])  # self-attention only
 
     def embed(self, tokens: Tensor) -> Tensor:
         x = self.tok_emb(tokens)
@@ -220,8 +221,8 @@ class EncoderDecoder(nn.Module):
         x = self.drop(self.enc_pos.embed(self.embed(source)))
         T = source.shape[1]
         pad = source.eq(self.pad_id) if self.pad_id is not None and self.layout.padded_sources else None
-        attn_mask, is_causal = attention_mask(T, source.device, causal=False, bias=self.enc_pos.bias(T, T),
-                                              key_padding=pad)
+        attn_mask, is_causal = attention_mask(T, source.device, causal=False, mask_self=self.mask_self,
+                                              bias=self.enc_pos.bias(T, T), key_padding=pad)
         for block in self.encoder:
             x = block(x, self.enc_pos, attn_mask, is_causal)
         return self.enc_norm(x)
@@ -230,7 +231,8 @@ class EncoderDecoder(nn.Module):
         """The decoder's logits (B, T_dec, n_outputs) for ``target`` (SEP + target tokens)."""
         x = self.drop(self.pos.embed(self.embed(target)))
         T = target.shape[1]
-        attn_mask, is_causal = attention_mask(T, target.device, causal=True, bias=self.pos.bias(T, T))
+        attn_mask, is_causal = attention_mask(T, target.device, causal=True, mask_self=self.mask_self,
+                                              bias=self.pos.bias(T, T))
         for block in self.blocks:
             x = block(x, self.pos, attn_mask, is_causal, memory, memory_mask)
         return self.logits(self.final_norm(x))

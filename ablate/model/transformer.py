@@ -236,8 +236,8 @@ class Transformer(nn.Module):
         if self.layout is not None and (self.arch == "prefix_lm" or self.layout.padded_sources):
             pad = tokens.eq(self.pad_id) if self.pad_id is not None and self.layout.padded_sources else None
             prefix = self.layout.source_len(T) if self.arch == "prefix_lm" else 0
-            return attention_mask(T, tokens.device, causal=self.causal, bias=self.pos.bias(T, T), key_padding=pad,
-                                  prefix=prefix)
+            return attention_mask(T, tokens.device, causal=self.causal, mask_self=self.mask_self,
+                                  bias=self.pos.bias(T, T), key_padding=pad, prefix=prefix)
         pad = tokens.eq(self.pad_id) if self.pad_id is not None and not self.causal else None
         if pad is None and self.uses_flex(tokens.device):
             score_mod = self.pos.score_mod()
