@@ -466,3 +466,33 @@ def test_tied_embeddings_are_refused_where_the_head_does_not_predict_tokens():
     problems = ModelSettings.problems({"tie_embeddings": True, "parametrization": "mup", "mup_base_width": 32,
                                        "n_heads": 4}, None)
     assert any("model.tie_embeddings=true with model.parametrization=mup" in p for p in problems)
+
+
+# ------------------------------------------------------------------------------ T5's shared encoder–decoder
+
+def test_a_shared_encoder_decoder_reuses_each_encoder_layers_attention_and_ffn():
+    task = Add(seq_len=16)
+    separate, _ = seq2seq_model("encoder_decoder", task=task)
+    cfg = make_cfg(d_model=32, n_heads=4, n_layers=2)
+    cfg["model"].update(arch="encoder_decoder", share_stacks=True)
+    shared = build_model(cfg, task.vocab_size, task.n_classes, task.max_len, task.pad_id, task.layout)
+    for enc, dec in zip(shared.encoder, shared.blocks):
+        assert dec.attn is enc.attn and dec.ffn is enc.ffn and dec.cross is not None and dec.attn_norm is not enc.attn_norm
+    own = sum(p.numel() for b in separate.encoder for m in (b.attn, b.ffn) for p in m.parameters())
+    assert separate.num_params() - shared.num_params() == own
+    assert shared.flops_per_token(16) == pytest.approx(separate.flops_per_token(16))  # both stacks still compute
+    tokens, targets = rows(task, 4)
+    from ablate.lit import masked_loss
+    masked_loss(shared(tokens), targets).backward()
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["model.share_stacks=true"], "model.share_stacks=true shares an encoder–decoder's two stacks; model.arch=auto"),
+    (["model.arch=encoder_decoder", "model.share_stacks=true", "model.encoder_layers=3"],
+     "model.encoder_layers=3 must equal model.n_layers=2"),
+    (["model.arch=encoder_decoder", "model.share_stacks=true", "attention=local"],
+     "attention=local is built causal or bidirectional, so one module cannot serve both stacks"),
+])
+def test_a_shared_encoder_decoder_that_cannot_be_is_refused(overrides, fragment):
+    problems = config_problems(compose(["task=add", *overrides]))
+    assert any(fragment in p for p in problems), problems

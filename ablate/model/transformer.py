@@ -104,6 +104,9 @@ class ModelSettings:
     arch: Literal["auto", "decoder", "encoder", "prefix_lm", "encoder_decoder"] = "auto"
     # the encoder's depth in an encoder–decoder (null: n_layers, which is the decoder's)
     encoder_layers: PositiveInt | None = None
+    # T5's shared encoder–decoder (Raffel et al. 2020, §3.2.2, "Enc-dec, shared"): each decoder layer reuses the
+    # self-attention and FFN weights of the encoder layer at its depth (its norms and cross-attention its own)
+    share_stacks: bool = False
     # the head's weight is the token embedding table (Press & Wolf 2017; GPT-2, T5): a head over the
     # vocabulary only (a task whose labels are tokens: lm, the seq2seq tasks)
     tie_embeddings: bool = False
@@ -127,6 +130,12 @@ class ModelSettings:
         if depth is not None and arch != "encoder_decoder":
             return [f"model.encoder_layers={depth} is the encoder's depth in an encoder–decoder; with "
                     f"model.arch={arch} there is one stack of model.n_layers"]
+        if settings.get("share_stacks") is True:
+            if arch != "encoder_decoder":
+                return [f"model.share_stacks=true shares an encoder–decoder's two stacks; model.arch={arch} has one"]
+            if depth is not None and depth != settings.get("n_layers"):
+                return [f"model.share_stacks=true pairs each decoder layer with the encoder layer at its depth: "
+                        f"model.encoder_layers={depth} must equal model.n_layers={settings.get('n_layers')} (or be null)"]
         if settings.get("tie_embeddings") is True and settings.get("parametrization") == "mup":
             return ["model.tie_embeddings=true with model.parametrization=mup: μP scales the embeddings and the head "
                     "apart (mup.py), which one shared table cannot be; valid: one of the two"]
@@ -351,22 +360,30 @@ def _assemble(model: ModelSettings, cfg: Any, vocab_size: int, n_outputs: int, m
             attn.pattern = pattern
             return attn
 
-        def block() -> Block:
+        def block(i: int) -> Block:
             if cross:
-                return DecoderBlock(attention(), CrossAttention(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)),
-                                    ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
+                shared = share_with[i] if share_with else None  # model.share_stacks: the encoder layer's weights
+                return DecoderBlock(shared.attn if shared else attention(),
+                                    CrossAttention(attn_cls(d, H, dropout=dropout, bias=bias, **attn_kw)),
+                                    shared.ffn if shared else ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
             return Block(attention(), ffn_cls(d, **ffn_kw), norm, placement, alpha, dropout)
 
         k = layers_per_block(model.share_layers, n_layers)
-        unique = [block() for _ in range(-(-n_layers // k))]
+        unique = [block(i * k) for i in range(-(-n_layers // k))]
         return pos, [unique[i // k] for i in range(n_layers)]  # the same module object: shared weights
 
     def final_norm() -> nn.Module:
         return nn.Identity() if placement == "post" else norm()
 
     scale = EMBED_SCALES[model.embed_scale](d)
+    share_with: list[Block] = []
     if arch == "encoder_decoder":
         enc_pos, encoder = stack(False, L_enc, alphas["encoder"])
+        if model.share_stacks:
+            if pattern_cls is not Softmax:  # a local or linear pattern is built for one direction
+                raise ValueError(f"model.share_stacks=true: attention={pattern_cls.__name__.lower()} is built causal or "
+                                 "bidirectional, so one module cannot serve both stacks; valid: attention=softmax")
+            share_with = encoder
         pos, blocks = stack(True, L, alphas["decoder"], cross=True)
         return EncoderDecoder(vocab_size=vocab_size, n_outputs=n_outputs, d_model=d, n_heads=H, bias=bias,
                               dropout=dropout, pad_id=pad_id, layout=layout, enc_pos=enc_pos, pos=pos,
