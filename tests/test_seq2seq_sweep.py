@@ -4,6 +4,7 @@ its checkpoints and its table."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from ablate.model.seq2seq import EncoderDecoder
 def test_the_three_families_sweep_flops_matched_and_end_in_their_table(tmp_path: Path, tiny: list[str]) -> None:
     sweep = tmp_path / "sweep"
     args = ["-m", "task=add", "model.arch=decoder,prefix_lm,encoder_decoder", "budget.match=flops", *tiny,
-            "model.n_layers=2", "trainer.max_steps=12", "task.eval_lengths=[22]", "checkpoint.every_n_steps=4", "checkpoint.keep=true",
+            "model.n_layers=2", "trainer.max_steps=12", "task.eval_lengths=[22]", "pos_enc=rope", "checkpoint.every_n_steps=4", "checkpoint.keep=true",
             "logger=csv", f"hydra.sweep.dir={sweep}"]
     plan = run_cli([*args, "--plan"], tmp_path)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -57,7 +58,8 @@ def test_the_three_families_sweep_flops_matched_and_end_in_their_table(tmp_path:
     assert "exact\\_match on the test split" in (sweep / "table.md").read_text()  # Markdown escapes the _
 
     # the kept checkpoint of the encoder–decoder loads into the model its record describes
-    job_dir = next(p.parent for p in sweep.rglob("result.json") if "encoder_decoder" in str(p))
+    job_dir = next(p.parent for p in sweep.rglob("result.json")
+                   if json.loads(p.read_text())["config"]["model"]["arch"] == "encoder_decoder")
     cfg = OmegaConf.create(recs["encoder_decoder"]["config"])
     task = build_task(cfg.task)
     model = build_model(cfg, task.vocab_size, task.n_classes, task.max_len, task.pad_id, task.layout)
