@@ -496,3 +496,17 @@ def test_a_shared_encoder_decoder_reuses_each_encoder_layers_attention_and_ffn()
 def test_a_shared_encoder_decoder_that_cannot_be_is_refused(overrides, fragment):
     problems = config_problems(compose(["task=add", *overrides]))
     assert any(fragment in p for p in problems), problems
+
+
+def test_the_families_plan_as_every_variant_does_lr_tuning_and_a_flops_budget():
+    """The planner knows no family: each is a variant with its own cost (its two stacks on the meta
+    device) and its own tuning runs."""
+    from test_planner import _value, planner
+
+    from ablate.compose import TINY
+
+    plan = planner(["task=add", "model.arch=decoder,encoder_decoder", "budget.match=flops", "tune.lr=[1e-3,3e-3]",
+                    *TINY, "model.n_layers=2", "trainer.max_steps=100"]).plan()
+    assert len(plan.jobs) == 4 and {_value(j, "optim.lr") for j in plan.jobs} == {"0.001", "0.003"}
+    steps = plan.budget.steps
+    assert steps["model.arch=decoder"] == 100 and 50 < steps["model.arch=encoder_decoder"] < 100, steps
