@@ -510,3 +510,27 @@ def test_the_families_plan_as_every_variant_does_lr_tuning_and_a_flops_budget():
     assert len(plan.jobs) == 4 and {_value(j, "optim.lr") for j in plan.jobs} == {"0.001", "0.003"}
     steps = plan.budget.steps
     assert steps["model.arch=decoder"] == 100 and 50 < steps["model.arch=encoder_decoder"] < 100, steps
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_sources_are_masked_alike_in_the_cached_steps_and_the_whole_forward(tmp_path, arch):
+    from ablate.data.seq2seq import Seq2SeqFile
+
+    pairs = ["a\tb", "the cat\ttac eht", "dog sat on\tno tas god", "x\tyy"] * 3
+    task = Seq2SeqFile(seq_len=24, path=str(_tsv(tmp_path, pairs, pairs)), source_len=10, batch_size=12)
+    task.setup()
+    (tokens, targets), = task.eval_batches(24)
+    assert (tokens[:, :9] == task.pad_id).any()  # short sources: left-padded
+    model, _ = seq2seq_model(arch, task=task, pos_enc="alibi")
+    S = task.layout.source_len(24)
+    labelled = targets != IGNORE  # the columns up to each row's EOS: what decoding reads
+    full = model(tokens)
+    with torch.no_grad():
+        step = _cached_steps(model, tokens, S, 24)
+        for column in range(S - 1, 24):
+            got = step(None if column == S - 1 else tokens[:, column])
+            rows_in = labelled[:, column]
+            torch.testing.assert_close(got[rows_in], full[rows_in, column], atol=2e-5, rtol=1e-4)
+    with torch.no_grad():  # a pad is never read: whatever its embedding, the scored outputs stay
+        model.tok_emb.weight[task.pad_id] += 3.0
+    torch.testing.assert_close(model(tokens)[labelled], full[labelled], atol=1e-5, rtol=1e-4)
