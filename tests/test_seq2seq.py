@@ -534,3 +534,39 @@ def test_padded_sources_are_masked_alike_in_the_cached_steps_and_the_whole_forwa
     with torch.no_grad():  # a pad is never read: whatever its embedding, the scored outputs stay
         model.tok_emb.weight[task.pad_id] += 3.0
     torch.testing.assert_close(model(tokens)[labelled], full[labelled], atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------ T5's span corruption
+
+def test_span_corruption_replaces_spans_by_sentinels_and_the_target_gives_them_back(tmp_path):
+    from ablate.data.seq2seq import SpanCorruption
+
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
+    (tmp_path / "corpus.txt").write_text(text)
+    task = SpanCorruption(seq_len=64, path=str(tmp_path / "corpus.txt"), n_test=16, n_val=8, batch_size=8)
+    S, w = task.source_len(64), task.window(64)
+    noise, k = task.spans(w)
+    assert noise == round(0.15 * w) and k == round(noise / 3)
+    splits = {"train": text.encode()[:int(len(text) * 0.9)], "test": text.encode()[int(len(text) * 0.95):],
+              "validation": text.encode()[int(len(text) * 0.9):int(len(text) * 0.95)]}
+    batches = {"train": [next(task.train_batches(0))], "test": task.eval_batches(64),
+               "validation": task.eval_batches(64, "validation")}
+    for split, rows_of_split in batches.items():
+        for tokens, targets in rows_of_split:
+            for row, target in zip(tokens.tolist(), targets.tolist()):
+                source = row[:S - 1]
+                spans = [t for t in target if t != IGNORE][:-1]  # without EOS
+                assert [t for t in source if t >= task.sentinel_id] == list(range(task.sentinel_id, task.sentinel_id + k))
+                assert [t for t in spans if t >= task.sentinel_id] == list(range(task.sentinel_id, task.sentinel_id + k))
+                assert len(spans) - k == noise and all(t >= task.sentinel_id or t < 256 for t in source)
+                pieces, i = {}, 0
+                for t in spans:  # sentinel -> the bytes it replaced
+                    if t >= task.sentinel_id:
+                        i = t
+                        pieces[i] = []
+                    else:
+                        pieces[i].append(t)
+                window = [b for t in source for b in (pieces[t] if t >= task.sentinel_id else [t])]
+                assert len(window) == w and bytes(window) in splits[split]  # its own split's text, restored
+    again = SpanCorruption(seq_len=64, path=str(tmp_path / "corpus.txt"), n_test=16, n_val=8, batch_size=8)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(again.eval_batches(64), batches["test"]))

@@ -18,6 +18,9 @@ Built-in, offline, generated from a seed like the digit tasks:
 * ``dedup``: ``m`` digits with runs -> the digits with each run collapsed to one (Unix ``uniq``):
   a target of 1 … m tokens. ``m = (T - 2) // 2``.
 
+T5's span corruption (``span_corruption``, :class:`SpanCorruption`): a window of a text corpus's bytes
+with spans replaced by sentinels -> the sentinels and their spans.
+
 Your own parallel data (``seq2seq_file``): a directory ``task.path`` with ``train.tsv`` and
 ``dev.tsv``, one example per line, ``source<TAB>target`` (no header), as UTF-8 bytes (ids 0–255;
 PAD 256, SEP 257, EOS 258). The source region holds ``task.source_len`` bytes (default: half the
@@ -28,14 +31,14 @@ so never matches exactly). Scored also by corpus BLEU and chrF (sacrebleu) of th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Iterator, Sequence
 
 import torch
 
 from ablate.components import Range
 from ablate.model.seq2seq import Seq2SeqLayout
 
-from .base import IGNORE, N_VAL, Batch, SyntheticTask
+from .base import IGNORE, N_VAL, Batch, SyntheticTask, held_out_generator, train_generator
 from .files import FileTask
 from .formats import _TagRows
 
@@ -95,10 +98,14 @@ class Seq2SeqTask(SyntheticTask):
         raise NotImplementedError
 
     def make_batch(self, g: torch.Generator, batch: int, length: int) -> Batch:
+        return self.lay_out(self.pairs(g, batch, length), length)
+
+    def lay_out(self, pairs: list[tuple[list[int], list[int]]], length: int) -> Batch:
+        """(tokens, targets) rows of ``length`` for (source, target) token lists."""
         S = self.source_len(length)
-        tokens = torch.full((batch, length), self.pad_id, dtype=torch.long)
-        targets = torch.full((batch, length), IGNORE, dtype=torch.long)
-        for row, (source, target) in enumerate(self.pairs(g, batch, length)):
+        tokens = torch.full((len(pairs), length), self.pad_id, dtype=torch.long)
+        targets = torch.full((len(pairs), length), IGNORE, dtype=torch.long)
+        for row, (source, target) in enumerate(pairs):
             out = list(target) + [self.eos_id]
             tokens[row, S - 1 - len(source):S - 1] = torch.tensor(source, dtype=torch.long)
             tokens[row, S - 1] = self.sep_id
@@ -286,3 +293,110 @@ class Seq2SeqFile(FileTask):
             if int(i) < self.BYTES:
                 out.append(int(i))
         return out.decode("utf-8", errors="replace")
+
+
+def random_segments(n: int, k: int, g: torch.Generator) -> list[int]:
+    """``n`` items cut into ``k`` non-empty segments at random: their lengths (T5's
+    ``random_spans_noise_mask`` partition)."""
+    cuts = (torch.randperm(n - 1, generator=g)[:k - 1] + 1).sort().values.tolist()
+    return [b - a for a, b in zip([0, *cuts], [*cuts, n])]
+
+
+class SpanCorruption(Seq2SeqTask):
+    """T5's pretraining objective (Raffel et al. 2020, §3.1.4, Fig. 2; "span corruption", §3.3.4)
+    over the bytes of a text corpus (``task.path``, or ``task=lm``'s default corpus): in each window
+    ``noise_density`` of the bytes, in spans of mean length ``mean_span``, are each replaced by a
+    sentinel; the target is every sentinel followed by the bytes it replaced. The window's length is
+    the most that fits the row with its sentinels, SEP and EOS. The corpus is split by position: its
+    first 90 % trains, the next 5 % validates, the last 5 % tests (windows and spans of the held-out
+    splits are fixed: the same for every seed)."""
+
+    name = "span_corruption"
+    min_len = 16
+    layout_note = "a row holds a window of bytes with its spans replaced by sentinels, SEP, the spans and EOS"
+    N_SENTINELS = 64
+    BYTES = 256
+
+    def __init__(self, seq_len: int = 64, eval_lengths: Sequence[int] = (), batch_size: int = 32,
+                 causal: bool = True, n_test: int = 256, n_val: int = 128, path: str | None = None,
+                 noise_density: Annotated[float, Range(low=0.01, high=0.5)] = 0.15,
+                 mean_span: Annotated[float, Range(low=1.0)] = 3.0, max_decode: int | None = None):
+        self.noise_density, self.mean_span, self.path = float(noise_density), float(mean_span), path
+        SyntheticTask.__init__(self, seq_len, eval_lengths, batch_size, causal, n_test, n_val)
+        self.pad_id, self.sep_id, self.eos_id = self.BYTES, self.BYTES + 1, self.BYTES + 2
+        self.sentinel_id = self.BYTES + 3
+        self.vocab_size = self.n_classes = self.BYTES + 3 + self.N_SENTINELS
+        self.n_values, self.plus_id, self.max_decode = self.BYTES, None, max_decode
+        self.layout = Seq2SeqLayout(self.sep_id, self.eos_id, {T: self.source_len(T) for T in self.test_lengths})
+
+    def spans(self, window: int) -> tuple[int, int]:
+        """(noise bytes, spans) of a window of ``window`` bytes."""
+        noise = max(1, round(window * self.noise_density))
+        return noise, min(self.N_SENTINELS, max(1, round(noise / self.mean_span)), noise, window - noise)
+
+    def window(self, length: int) -> int:
+        """The longest window whose corrupted source, SEP, target and EOS fit a row of ``length``."""
+        for w in range(length - 2, 1, -1):
+            noise, k = self.spans(w)
+            if (w - noise + k) + 1 + (noise + k) + 1 <= length:
+                return w
+        raise ValueError(f"task.seq_len={length} is too short for span corruption")
+
+    def source_len(self, length: int) -> int:
+        w = self.window(length)
+        noise, k = self.spans(w)
+        return w - noise + k + 1
+
+    @classmethod
+    def longest_target(cls, length: int) -> int:
+        return length // 2  # decoding is checked against each row's own end (max_decode null)
+
+    def _setup(self) -> None:
+        from .text import read_corpus
+
+        data = torch.frombuffer(bytearray(read_corpus(self.path)), dtype=torch.uint8).long()
+        n = len(data)
+        self._splits = {"train": data[:int(n * 0.9)], "validation": data[int(n * 0.9):int(n * 0.95)],
+                        "test": data[int(n * 0.95):]}
+
+    def train_batches(self, seed: int, rank: int = 0) -> Iterator[Batch]:
+        self.setup()
+        g = train_generator(self.name, seed, rank)
+        while True:
+            yield self.lay_out(self.corrupted(self._splits["train"], g, self.batch_size, self.seq_len), self.seq_len)
+
+    def eval_batches(self, length: int, split: str = "test") -> list[Batch]:
+        self.setup()
+        g, left, out = held_out_generator(self.name, length, split), self.n_test if split == "test" else self.n_val, []
+        while left > 0:
+            b = min(self.batch_size, left)
+            out.append(self.lay_out(self.corrupted(self._splits[split], g, b, length), length))
+            left -= b
+        return out
+
+    def corrupted(self, text: torch.Tensor, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
+        """``batch`` windows of ``text`` drawn with ``g``, each as (corrupted source, spans target)."""
+        w = self.window(length)
+        noise, k = self.spans(w)
+        starts = torch.randint(0, max(1, len(text) - w), (batch,), generator=g).tolist()
+        out = []
+        for start in starts:
+            window = text[start:start + w].tolist()
+            noisy, kept = random_segments(noise, k, g), random_segments(w - noise, k, g)
+            source, target, at = [], [], 0
+            for i, (keep, drop) in enumerate(zip(kept, noisy)):  # kept bytes, then a span (T5 starts with kept)
+                source += window[at:at + keep] + [self.sentinel_id + i]
+                target += [self.sentinel_id + i] + window[at + keep:at + keep + drop]
+                at += keep + drop
+            out.append((source, target))
+        return out
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Bytes as text, each sentinel as ``<k>``, up to EOS."""
+        out = []
+        for i in map(int, ids):
+            if i == self.eos_id:
+                break
+            out.append(chr(i) if i < self.BYTES and 32 <= i < 127 else f"<{i - self.sentinel_id}>"
+                       if i >= self.sentinel_id else "" if i in (self.pad_id, self.sep_id) else f"\\x{i:02x}")
+        return "".join(out)
