@@ -365,6 +365,14 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
         how = "model.arch=encoder" if model.get("arch") == "encoder" else "model.arch=auto with model.causal=false"
         return [f"{how} on task={name}: an encoder sees the target token it is to predict; valid: decoder, "
                 "prefix_lm, encoder_decoder"]
+    objective = cfg["task"].get("objective") if not seq2seq else None  # lm and mlm's (ablate.data.text)
+    if objective == "clm" and arch == "encoder":
+        return [f"model.arch=encoder on task={name} (causal LM): an encoder sees the next token it is to predict; "
+                "valid: auto, decoder (prefix_lm and encoder_decoder need a seq2seq task: task=span_corruption is "
+                "T5's objective on the same corpus)"]
+    if objective == "mlm" and arch == "decoder" and model.get("arch") == "decoder":
+        return [f"model.arch=decoder on task={name} (masked LM): a masked token is predicted from both sides, which "
+                "a decoder cannot read; valid: auto, encoder"]
     if arch in SEQ2SEQ_ARCHS and (cfg.get("finetune") or {}).get("tasks"):
         return [f"model.arch={arch} has no fine-tune stage yet (finetune.tasks); valid with one: auto, decoder, encoder"]
     node = cfg.get("attention") or {}
