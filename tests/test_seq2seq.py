@@ -572,3 +572,26 @@ def test_span_corruption_replaces_spans_by_sentinels_and_the_target_gives_them_b
                 assert len(window) == w and bytes(window) in splits[split]  # its own split's text, restored
     again = SpanCorruption(seq_len=64, path=str(tmp_path / "corpus.txt"), n_test=16, n_val=8, batch_size=8)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(again.eval_batches(64), batches["test"]))
+
+
+def test_an_encoder_decoder_ladder_gives_each_rung_tokens_in_proportion_to_its_parameters():
+    """A scale ladder of encoder–decoders (Hoffmann et al.'s tokens per parameter): each rung's own
+    parameters, both stacks and the cross-attention counted, set its steps."""
+    from test_planner import planner
+
+    from ablate.compose import tiny_overrides
+    from ablate.model import assemble
+
+    p = planner(["task=add", "model.arch=encoder_decoder", "model.size=3xs,2xs", "budget.match=tokens_per_param",
+                 "budget.tokens_per_param=2", *tiny_overrides(without=["model.d_model", "model.n_heads", "model.n_layers"])])
+    plan = p.plan()
+    steps = plan.budget.steps
+    for job in plan.definition:
+        cost = p.cost(job)
+        assert int(p.compose(job).trainer.max_steps) == max(1, round(2 * cost["params"] / cost["tokens_per_step"]))
+        cfg = p.compose(job)
+        task = build_task(cfg.task)
+        with torch.device("meta"):
+            model = assemble(cfg, task.vocab_size, task.n_classes, task.max_len, task.pad_id, task.layout)
+        assert isinstance(model, EncoderDecoder) and cost["params"] == model.num_params()
+    assert steps["model.size=2xs"] > 3 * steps["model.size=3xs"]
