@@ -89,6 +89,8 @@ def test_the_held_out_rows_are_the_same_for_every_seed_and_differ_from_training(
 @pytest.mark.parametrize("overrides, fragment", [
     (["task.seq_len=5"], "task.seq_len/eval_lengths 5 is too short for add"),
     (["task.max_decode=3"], "task.max_decode=3 is below the longest target of add (6 tokens"),
+    (["task=span_corruption", "task.max_decode=5"], "task.max_decode=5 is below the longest target of span_corruption "
+                                                     "(12 tokens"),
     (["task=dedup", "task.eval_lengths=[30]", "task.max_decode=10"], "longest target of dedup (15 tokens"),
     (["model.arch=encoder"], "model.arch=encoder on task=add: an encoder sees the target token"),
     (["task.causal=false"], "model.arch=auto with model.causal=false on task=add"),
@@ -112,6 +114,7 @@ def test_the_seq2seq_tasks_validate_in_every_family_and_build():
     for name in ("add", "dedup"):
         for arch in ("auto", *ARCHS):
             assert config_problems(compose([f"task={name}", f"model.arch={arch}"])) == []
+    assert config_problems(compose(["task=span_corruption", "task.max_decode=12"])) == []  # 8 bytes, 3 sentinels, EOS
     task = build_task(compose(["task=dedup"]).task)
     assert task.layout.source_len(16) == 8 and task.vocab_size == task.n_classes == 14
 

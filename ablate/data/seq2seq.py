@@ -31,7 +31,7 @@ so never matches exactly). Scored also by corpus BLEU and chrF (sacrebleu) of th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Sequence
+from typing import Annotated, Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -77,7 +77,7 @@ class Seq2SeqTask(SyntheticTask):
             if not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
                 out.append(f"task.max_decode={limit!r} must be a positive integer or null (null: to the row's end)")
             else:
-                longest = max(cls.longest_target(x) for x in lengths)
+                longest = max(cls.longest_target(x, cfg) for x in lengths)
                 if limit < longest:
                     out.append(f"task.max_decode={limit} is below the longest target of {cls.name} ({longest} "
                                f"tokens with EOS, at length {max(lengths)}); raise it or leave it null")
@@ -90,8 +90,9 @@ class Seq2SeqTask(SyntheticTask):
         raise NotImplementedError
 
     @classmethod
-    def longest_target(cls, length: int) -> int:
-        """The most target tokens (EOS included) a row of ``length`` can hold."""
+    def longest_target(cls, length: int, settings: Mapping[str, Any] | None = None) -> int:
+        """The most target tokens (EOS included) a row of ``length`` can hold under the task's
+        ``settings`` (its YAML's keys; None: the defaults)."""
         raise NotImplementedError
 
     def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
@@ -148,7 +149,7 @@ class Add(Seq2SeqTask):
         return 2 * self.n_digits(length) + 2
 
     @classmethod
-    def longest_target(cls, length: int) -> int:
+    def longest_target(cls, length: int, settings: Mapping[str, Any] | None = None) -> int:
         return cls.n_digits(length) + 2
 
     def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
@@ -185,7 +186,7 @@ class Dedup(Seq2SeqTask):
         return self.n_digits(length) + 1
 
     @classmethod
-    def longest_target(cls, length: int) -> int:
+    def longest_target(cls, length: int, settings: Mapping[str, Any] | None = None) -> int:
         return cls.n_digits(length) + 1
 
     def pairs(self, g: torch.Generator, batch: int, length: int) -> list[tuple[list[int], list[int]]]:
@@ -302,6 +303,10 @@ def random_segments(n: int, k: int, g: torch.Generator) -> list[int]:
     return [b - a for a, b in zip([0, *cuts], [*cuts, n])]
 
 
+#: T5's span corruption: 15 % of the tokens, in spans of mean length 3 (Raffel et al. 2020, §3.3.4)
+NOISE_DENSITY, MEAN_SPAN = 0.15, 3.0
+
+
 class SpanCorruption(Seq2SeqTask):
     """T5's pretraining objective (Raffel et al. 2020, §3.1.4, Fig. 2; "span corruption", §3.3.4)
     over the bytes of a text corpus (``task.path``, or ``task=lm``'s default corpus): in each window
@@ -319,8 +324,8 @@ class SpanCorruption(Seq2SeqTask):
 
     def __init__(self, seq_len: int = 64, eval_lengths: Sequence[int] = (), batch_size: int = 32,
                  causal: bool = True, n_test: int = 256, n_val: int = 128, path: str | None = None,
-                 noise_density: Annotated[float, Range(low=0.01, high=0.5)] = 0.15,
-                 mean_span: Annotated[float, Range(low=1.0)] = 3.0, max_decode: int | None = None):
+                 noise_density: Annotated[float, Range(low=0.01, high=0.5)] = NOISE_DENSITY,
+                 mean_span: Annotated[float, Range(low=1.0)] = MEAN_SPAN, max_decode: int | None = None):
         self.noise_density, self.mean_span, self.path = float(noise_density), float(mean_span), path
         SyntheticTask.__init__(self, seq_len, eval_lengths, batch_size, causal, n_test, n_val)
         self.pad_id, self.sep_id, self.eos_id = self.BYTES, self.BYTES + 1, self.BYTES + 2
@@ -329,18 +334,26 @@ class SpanCorruption(Seq2SeqTask):
         self.n_values, self.plus_id, self.max_decode = self.BYTES, None, max_decode
         self.layout = Seq2SeqLayout(self.sep_id, self.eos_id, {T: self.source_len(T) for T in self.test_lengths})
 
-    def spans(self, window: int) -> tuple[int, int]:
-        """(noise bytes, spans) of a window of ``window`` bytes."""
-        noise = max(1, round(window * self.noise_density))
-        return noise, min(self.N_SENTINELS, max(1, round(noise / self.mean_span)), noise, window - noise)
+    @classmethod
+    def _spans(cls, window: int, noise_density: float, mean_span: float) -> tuple[int, int]:
+        noise = max(1, round(window * noise_density))
+        return noise, min(cls.N_SENTINELS, max(1, round(noise / mean_span)), noise, window - noise)
 
-    def window(self, length: int) -> int:
-        """The longest window whose corrupted source, SEP, target and EOS fit a row of ``length``."""
+    @classmethod
+    def _window(cls, length: int, noise_density: float, mean_span: float) -> int:
         for w in range(length - 2, 1, -1):
-            noise, k = self.spans(w)
+            noise, k = cls._spans(w, noise_density, mean_span)
             if (w - noise + k) + 1 + (noise + k) + 1 <= length:
                 return w
         raise ValueError(f"task.seq_len={length} is too short for span corruption")
+
+    def spans(self, window: int) -> tuple[int, int]:
+        """(noise bytes, spans) of a window of ``window`` bytes."""
+        return self._spans(window, self.noise_density, self.mean_span)
+
+    def window(self, length: int) -> int:
+        """The longest window whose corrupted source, SEP, target and EOS fit a row of ``length``."""
+        return self._window(length, self.noise_density, self.mean_span)
 
     def source_len(self, length: int) -> int:
         w = self.window(length)
@@ -348,8 +361,14 @@ class SpanCorruption(Seq2SeqTask):
         return w - noise + k + 1
 
     @classmethod
-    def longest_target(cls, length: int) -> int:
-        return length // 2  # decoding is checked against each row's own end (max_decode null)
+    def longest_target(cls, length: int, settings: Mapping[str, Any] | None = None) -> int:
+        """Every row's target: the spans of the longest window that fits, their sentinels and EOS."""
+        settings = settings or {}
+        density, mean = settings.get("noise_density", NOISE_DENSITY), settings.get("mean_span", MEAN_SPAN)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (density, mean)):
+            density, mean = NOISE_DENSITY, MEAN_SPAN  # their types are named by the settings check
+        noise, k = cls._spans(cls._window(length, density, mean), density, mean)
+        return noise + k + 1
 
     def _setup(self) -> None:
         from .text import read_corpus
