@@ -370,7 +370,7 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
         return [f"model.arch=encoder on task={name} (causal LM): an encoder sees the next token it is to predict; "
                 "valid: auto, decoder (prefix_lm and encoder_decoder need a seq2seq task: task=span_corruption is "
                 "T5's objective on the same corpus)"]
-    if objective == "mlm" and arch == "decoder" and model.get("arch") == "decoder":
+    if objective == "mlm" and model.get("arch") == "decoder":  # under auto, the task's causal=false rules
         return [f"model.arch=decoder on task={name} (masked LM): a masked token is predicted from both sides, which "
                 "a decoder cannot read; valid: auto, encoder"]
     if arch in SEQ2SEQ_ARCHS and (cfg.get("finetune") or {}).get("tasks"):

@@ -172,8 +172,8 @@ class AblateModule(pl.LightningModule):
             loss_sum = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, reduction="sum")
             correct = (logits.argmax(-1) == targets)[labelled].sum()
         exact, rows = self._exact_matches(tokens, targets, length) if getattr(self.model, "layout", None) else (0, 0)
-        sums = torch.tensor([0.0, 0.0, 0.0, float(exact), float(rows)], device=tokens.device)
-        sums[:3] = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float()])
+        sums = torch.stack([loss_sum.float(), correct.float(), labelled.sum().float(),
+                            loss_sum.new_tensor(float(exact)), loss_sum.new_tensor(float(rows))])
         self._eval_sums[length] = self._eval_sums.get(length, 0) + sums.detach()
         if self.metric in CONFUSION_METRICS:
             pairs = targets[labelled] * self.n_classes + logits.argmax(-1)[labelled]
@@ -248,7 +248,8 @@ class AblateModule(pl.LightningModule):
         ``accuracy`` is the task's headline metric: plain accuracy, or for a ``CONFUSION_METRICS``
         metric that metric (plain accuracy is then kept as ``label_accuracy``, and F1 as ``f1`` where the
         metric is built on it); for a seq2seq task the exact match of greedy decoding (the teacher-forced
-        token accuracy kept as ``token_accuracy``, and for text corpus ``bleu`` and ``chrf``, 0–100); for a regression the mean of Pearson's and Spearman's correlation (each
+        token accuracy kept as ``token_accuracy``, and for text corpus ``bleu`` and ``chrf``, 0–100); for
+        a regression the mean of Pearson's and Spearman's correlation (each
         kept as ``pearson``, ``spearman``)."""
         out = {}
         for length, sums in self._eval_sums.items():

@@ -98,7 +98,8 @@ def small_init(model: nn.Module) -> None:
 def deepnet(model: nn.Module, allow_without_deepnorm: bool = False) -> None:
     """DeepNet (Wang et al. 2022, Fig. 2): Xavier (gain 1) for Q and K; Xavier with gain
     β = (8N)^(-1/4) for V, the attention output and both FFN layers (N = n_layers, the
-    encoder-only / decoder-only value; an encoder–decoder takes its own β per stack, ``norms.deepnet_betas``). Only the V rows of a fused QKV weight get β (for
+    encoder-only / decoder-only value; an encoder–decoder takes its own β per stack,
+    ``norms.deepnet_betas``). Only the V rows of a fused QKV weight get β (for
     ``qkv_shared``, ``kv_shared`` the shared projection carries V and gets β). β is derived for
     DeepNorm's residual α: validation refuses it without ``norm=deepnorm`` unless
     ``allow_without_deepnorm`` asks for the initialisation alone (:func:`pairing_problems`)."""
