@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,8 +19,13 @@ from warm import WarmCli, WarmProcess
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 # Step times measured by tests (ablate --plan, sweeps) go to a cache of their own, not the user's
-# (ablate.step_times.cache_path); the processes the tests start inherit it.
-os.environ.setdefault("ABLATE_CACHE_DIR", tempfile.mkdtemp(prefix="ablate-test-cache-"))
+# (ablate.step_times.cache_path); the processes the tests start inherit it. Removed at the end of the
+# test process that made it (each pytest worker makes its own).
+if "ABLATE_CACHE_DIR" not in os.environ:
+    os.environ["ABLATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="ablate-test-cache-")
+    _cache_owner = os.getpid()  # not a forked child's exit
+    atexit.register(lambda path=os.environ["ABLATE_CACHE_DIR"]: os.getpid() == _cache_owner
+                    and shutil.rmtree(path, ignore_errors=True))
 
 
 # One intra-op thread for every process a test starts, and for the test process itself under

@@ -329,13 +329,13 @@ def _gain_script():
     return module
 
 
-#: per task: fine-tune steps (the experiment has 300), learning rate (the experiment's) and the least
-#: gain of the pretrained body over a fresh one in each pair (accuracy points; measured: see the test)
-GAINS = {"py_module": (200, 2e-3, 0.025), "py_continues": (200, 5e-4, 0.04), "py_tokens": (100, 2e-3, 0.006)}
-FINETUNE_SEEDS = (0, 1)
+#: per task: fine-tune steps (the experiment has 300), learning rate (the experiment's), fine-tune seed
+#: (one per task, both seeds among them: the pairs the test can afford) and the least gain of the
+#: pretrained body over a fresh one (accuracy points; measured: see the test)
+GAINS = {"py_module": (200, 2e-3, 0, 0.025), "py_continues": (200, 5e-4, 1, 0.04), "py_tokens": (100, 2e-3, 0, 0.006)}
 
 
-@pytest.mark.slow  # about 2 minutes: 1000 pretraining steps, then 12 fine-tunes
+@pytest.mark.slow  # about 80 s: 1000 pretraining steps, then 6 fine-tunes
 def test_a_pretrained_model_beats_the_same_model_from_scratch(tmp_path: Path) -> None:
     """The protocol's premise, paired (``scripts/pretraining_gain.py``, shorter): one masked-LM
     pretraining of the shipped experiment's model, then each task fine-tuned from it and from scratch
@@ -349,8 +349,7 @@ def test_a_pretrained_model_beats_the_same_model_from_scratch(tmp_path: Path) ->
     torch.set_num_threads(1)
     pretrained = script.pretrain(1000, [], str(tmp_path))
     gains = {}
-    for task, (steps, lr, margin) in GAINS.items():
-        for seed in FINETUNE_SEEDS:
-            pre, scratch = (script.fine_tune_score(task, seed, steps, lr, start, []) for start in (pretrained, None))
-            gains[task, seed] = pre - scratch
-    assert all(gain > GAINS[task][-1] for (task, _), gain in gains.items()), gains
+    for task, (steps, lr, seed, _) in GAINS.items():
+        pre, scratch = (script.fine_tune_score(task, seed, steps, lr, start, []) for start in (pretrained, None))
+        gains[task] = pre - scratch
+    assert all(gain > GAINS[task][-1] for task, gain in gains.items()), gains
