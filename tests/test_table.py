@@ -674,6 +674,29 @@ def test_table_png_shows_the_delta_with_its_ci_and_the_marks_on_a_fitted_axis():
     assert sorted({float(x) for line in ax_len.get_lines() for x in line.get_xdata()}) == [16.0, 32.0, 64.0]
 
 
+def test_the_std_bar_of_table_png_stops_at_the_metrics_range():
+    """Seeds that split 1 / 99 / 98 % have a std wider than the room above their mean: the bar ends at
+    100 %, below at its true length; a correlation (negative in some run) may go below 0."""
+    from ablate.report.plot import table_figure
+
+    accs = {"a": [0.01, 0.994, 0.983], "b": [0.5, 0.52, 0.51]}
+    recs = [record(i * 3 + s, [f"pos_enc={v}", f"seed={s}"], acc=acc)
+            for i, (v, seeds) in enumerate(accs.items()) for s, acc in enumerate(seeds)]
+    t = build_table(recs, baseline="pos_enc=b")
+    a = next(r for r in t.rows if r.key == "pos_enc=a")
+    assert a.accuracy_mean + a.accuracy_std > 1.0
+    ax_acc = table_figure(t).axes[0]
+    bars = [seg for coll in ax_acc.collections for seg in coll.get_segments() if len(seg) == 2]
+    ends = sorted((round(float(seg[0][0]), 6), round(float(seg[1][0]), 6)) for seg in bars)
+    assert max(high for _, high in ends) == 100.0
+    assert round((a.accuracy_mean - a.accuracy_std) * 100, 6) in {low for low, _ in ends}  # the lower arm: whole
+
+    from ablate.report.plot import score_floor, std_bars
+
+    assert std_bars([-0.5], [0.8], score_floor([-0.9, -0.1])) == [[pytest.approx(50.0)], [pytest.approx(80.0)]]
+    assert std_bars([0.1], [0.3], score_floor([0.0, 0.2])) == [[pytest.approx(10.0)], [pytest.approx(30.0)]]
+
+
 def test_runs_stopped_early_are_named_in_their_row_and_the_caption():
     """An EarlyStopping callback ended some runs before max_steps (``metrics.early_stopped``; their
     status stays ok): the runs cell says how many, the caption at which steps, and since a run's

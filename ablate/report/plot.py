@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ablate.report.caption import title
 from ablate.report.layout import Figure
@@ -33,6 +33,23 @@ from ablate.results import atomic_file
 
 def _nz(v: float | None) -> float:
     return float("nan") if v is None else v
+
+
+def std_bars(means: list[float | None], stds: list[float | None], floor: float = 0.0) -> list[list[float]]:
+    """``xerr``/``yerr`` in points of mean ± std, each arm cut at the metric's range (``floor`` … 1:
+    no score passes 100 %, and only a correlation goes below 0) so that seeds split 1 / 99 / 98 draw a
+    bar that ends at 100, not beyond it."""
+    low, high = [], []
+    for m, sd in zip(means, stds):
+        m, sd = _nz(m), _nz(sd)
+        low.append(max(0.0, min(sd, m - floor)) * 100 if sd == sd and m == m else float("nan"))
+        high.append(max(0.0, min(sd, 1.0 - m)) * 100 if sd == sd and m == m else float("nan"))
+    return [low, high]
+
+
+def score_floor(values: Iterable[float]) -> float:
+    """The lowest a score can be: -1 for a metric that went below 0 in some run (a correlation), else 0."""
+    return -1.0 if any(v < 0 for v in values) else 0.0
 
 
 def _save(fig, path: str | Path) -> Path:
@@ -92,8 +109,10 @@ def _pivot_figure(table: SweepTable):
     for j, v in enumerate(table.column_values):
         ys = [i + 0.6 * ((j + 0.5) / n - 0.5) for i in range(len(table.rows))]
         cells = [r.cells.get(v) for r in table.rows]
-        ax.errorbar([_nz(c.accuracy_mean if c else None) * 100 for c in cells], ys,
-                    xerr=[_nz(c.accuracy_std if c else None) * 100 for c in cells], fmt="o", capsize=2,
+        means = [c.accuracy_mean if c else None for c in cells]
+        floor = score_floor(a for c in cells if c for a in c.accuracies)
+        ax.errorbar([_nz(m) * 100 for m in means], ys,
+                    xerr=std_bars(means, [c.accuracy_std if c else None for c in cells], floor), fmt="o", capsize=2,
                     color=f"C{j}", label=table.column_label(v))
     ax.plot([_nz(r.avg) * 100 for r in table.rows], range(len(table.rows)), "D", color="black",
             markersize=6, label="avg", linestyle="none")
@@ -110,7 +129,8 @@ def _length_panel(ax, table: SweepTable) -> None:
     for i, row in enumerate(table.rows):
         points = [(L, row.eval[L]) for L in lengths if L in row.eval and row.eval[L][0] is not None]
         ax.errorbar([L for L, _ in points], [m * 100 for _, (m, _) in points],
-                    yerr=[_nz(sd) * 100 for _, (_, sd) in points], marker="o", capsize=2,
+                    yerr=std_bars([m for _, (m, _) in points], [sd for _, (_, sd) in points],
+                                  score_floor(m for _, (m, _) in points)), marker="o", capsize=2,
                     color="black" if row.is_baseline else f"C{i}", linewidth=2 if row.is_baseline else 1.2,
                     label=row.label)
     if table.train_length:
@@ -168,7 +188,8 @@ def table_figure(table: SweepTable):
         for y, row, color in zip(ys, table.rows, colors):
             ax_acc.plot([a * 100 for a in row.accuracies], [y] * len(row.accuracies), "o", color=color,
                         alpha=0.25, markersize=4)
-            ax_acc.errorbar([_nz(row.accuracy_mean) * 100], [y], xerr=[_nz(row.accuracy_std) * 100], fmt="o",
+            ax_acc.errorbar([_nz(row.accuracy_mean) * 100], [y], fmt="o",
+                            xerr=std_bars([row.accuracy_mean], [row.accuracy_std], score_floor(row.accuracies)),
                             color=color, capsize=4, markersize=6)
         _variant_axis(ax_acc, table, labels)
         ax_acc.set_xlabel(f"{metric_name(table.metric)} (%)")
