@@ -192,11 +192,12 @@ class AblateModule(pl.LightningModule):
             generated = torch.cat([generated, generated.new_full((len(generated), reference.shape[1] - generated.shape[1]),
                                                                  IGNORE)], 1)
         labelled = reference != IGNORE
+        scored = labelled.any(1)  # a row without labels (a DDP rank's filler: data.datamodule.rank_share) counts nowhere
         if self.detokenize is not None:
             texts = self._texts.setdefault(length, [])
-            for decoded, ref, keep in zip(generated.tolist(), reference.tolist(), labelled.tolist()):
+            for decoded, ref, keep in zip(generated[scored].tolist(), reference[scored].tolist(), labelled[scored].tolist()):
                 texts.append((self.detokenize(decoded), self.detokenize([r for r, k in zip(ref, keep) if k])))
-        return int(((generated == reference) | ~labelled).all(1).sum()), len(tokens)
+        return int((((generated == reference) | ~labelled).all(1) & scored).sum()), int(scored.sum())
 
     def on_validation_epoch_start(self) -> None:
         self._eval_sums, self._confusion, self._scores, self._texts = {}, {}, {}, {}

@@ -464,3 +464,22 @@ def test_data_parallel_ranks_get_different_streams():
     r0 = list(islice(dm.task.train_batches(3, rank=0), 2))
     r1 = list(islice(dm.task.train_batches(3, rank=1), 2))
     assert same(r0, list(islice(dm.task.train_batches(3), 2))) and not same(r0, r1)
+
+
+def test_a_held_out_split_is_shared_by_the_ranks_each_row_once():
+    """Under DDP each rank evaluates its share of a split: whole batches where there are enough; else
+    rows, and a rank left without a row gets one with every label ignored, which counts nowhere."""
+    import torch
+
+    from ablate.data.base import IGNORE
+    from ablate.data.datamodule import rank_share
+
+    rows = torch.arange(5 * 3).view(5, 3)
+    batches = [(rows[:2], rows[:2]), (rows[2:4], rows[2:4]), (rows[4:], rows[4:])]
+    assert [len(rank_share(batches, r, 2)) for r in (0, 1)] == [2, 1]  # batches 0, 2 and batch 1
+    shares = [rank_share(batches[:1], r, 4) for r in range(4)]  # one batch of 2 rows, 4 ranks
+    assert [s[0][0].tolist() for s in shares[:2]] == [[[0, 1, 2]], [[3, 4, 5]]]
+    for tokens, targets in (shares[2][0], shares[3][0]):
+        assert tokens.shape == (1, 3) and bool((targets == IGNORE).all())
+    seen = sorted(row for r in range(3) for t, _ in rank_share(batches, r, 3) for row in t[:, 0].tolist())
+    assert seen == [0, 3, 6, 9, 12]  # every row once, across 3 ranks of 3 batches

@@ -423,6 +423,11 @@ def test_bleu_and_chrf_score_the_decoded_text_as_sacrebleu_does(tmp_path):
     references = [task.detokenize([t for t in r[S - 1:].tolist() if t != IGNORE]) for r in rigged]
     assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
     assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
+    filled = AblateModule(model, {}, 1, [24], task.metric, task.n_classes, None, task.detokenize)
+    filled.on_validation_epoch_start()  # a DDP rank's filler row (every label ignored) changes nothing
+    filled.validation_step((tokens, rigged), 0)
+    filled.validation_step((tokens[:1], torch.full_like(rigged[:1], IGNORE)), 0)
+    assert filled.eval_results()["24"] == result
     perfect = AblateModule(model, {}, 1, [24], task.metric, task.n_classes, None, task.detokenize)
     perfect.on_validation_epoch_start()
     perfect._texts[24] = [("the quick brown fox jumps over the lazy dog",) * 2]

@@ -9,11 +9,25 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from .base import Batch, Task, build_task, check_batch, check_split
+from .base import IGNORE, Batch, Task, build_task, check_batch, check_split
 
 
 def _identity(batch):
     return batch
+
+
+def rank_share(batches: list[Batch], rank: int, world: int) -> list[Batch]:
+    """Rank ``rank`` of ``world``'s share of a held-out split: batches r, r+w, ... where every rank
+    gets one; else (a split of fewer batches than ranks: a small dev set) rows r, r+w, ... as one
+    batch, and a rank left without a row gets one whose labels are all ignored, so it still runs
+    the evaluation and its collectives and adds nothing to the sums (Lightning stops on a rank with
+    an empty loader)."""
+    if len(batches) >= world:
+        return batches[rank::world]
+    tokens, targets = (torch.cat(parts) for parts in zip(*batches))
+    if rank < len(tokens):
+        return [(tokens[rank::world], targets[rank::world])]
+    return [(tokens[:1], torch.full_like(targets[:1], IGNORE))]
 
 
 def _rank() -> int:
@@ -125,14 +139,14 @@ class AblateDataModule(pl.LightningDataModule):
         return self._held_out[key]
 
     def held_out_dataloader(self, split: str, length: int) -> DataLoader:
-        """A loader over ``eval_batches(length, split)``, in order. Under data-parallel training rank
-        r of w gets batches r, r+w, ... (no batch twice, none left out: the ranks' sums add up to the
-        single-process evaluation; Lightning's own sampler would pad with repeats), so DDP
+        """A loader over ``eval_batches(length, split)``, in order. Under data-parallel training each
+        rank gets its share (:func:`rank_share`: no row twice, none left out, so the ranks' sums add up
+        to the single-process evaluation; Lightning's own sampler would pad with repeats), so DDP
         trainers run with ``use_distributed_sampler: false``."""
         batches = self.eval_batches(length, split)
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            batches = batches[dist.get_rank()::dist.get_world_size()]
+            batches = rank_share(batches, dist.get_rank(), dist.get_world_size())
         return DataLoader(FixedBatches(batches), batch_size=None, shuffle=False, num_workers=0,
                           collate_fn=_identity)
 
