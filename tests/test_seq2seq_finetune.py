@@ -45,13 +45,27 @@ def _pretrained(tmp_path: Path, arch: str):
     return load_pretrained(path, sha)
 
 
-def _rows(codec, length: int = 32) -> torch.Tensor:
-    """Two rows of the causal layout, ``text CLS PAD...``: one short (padded), one that fills the row."""
-    rows = []
+def _fine_tuned_rows(tmp_path: Path, arch: str):
+    """A fine-tune model of ``arch`` (built from its span-corruption pretraining, in eval mode), the pad
+    id, two rows of the causal layout (``text CLS PAD...``: one short, one that fills the row), and
+    the same rows with the token at column 10 changed."""
+    data, model, _ = build(compose_cfg([*FINE_TUNE, f"model.arch={arch}", "model.n_layers=2"]),
+                           _pretrained(tmp_path, arch))
+    codec, rows = data.task.codec, []
     for text in ("def f(x): return x", "import os\nprint(os.getcwd(), os.sep)"):
-        ids = codec.encode(text)[:length - 1] + [codec.cls_id]
-        rows.append(ids + [codec.pad_id] * (length - len(ids)))
-    return torch.tensor(rows)
+        ids = codec.encode(text)[:31] + [codec.cls_id]
+        rows.append(ids + [codec.pad_id] * (32 - len(ids)))
+    tokens = torch.tensor(rows)
+    later = tokens.clone()
+    later[:, 10] = ord("Z")
+    return model.eval(), data.pad_id, tokens, later
+
+
+def _padding_is_masked(model, pad_id: int, tokens: torch.Tensor) -> None:
+    """The pad row of the embedding changes no real position's output."""
+    real, full = tokens.ne(pad_id), model(tokens)
+    model.tok_emb.weight[pad_id] += 3.0
+    torch.testing.assert_close(model(tokens)[real], full[real], atol=1e-5, rtol=1e-4)
 
 
 def test_span_corruption_ids_begin_with_the_downstream_vocabulary() -> None:
@@ -84,42 +98,25 @@ def test_a_fine_tune_starts_from_every_span_corruption_weight_but_the_head(tmp_p
 
 
 def test_the_encoder_decoder_reads_the_row_in_both_stacks_its_decoder_causally(tmp_path: Path) -> None:
-    cfg = compose_cfg([*FINE_TUNE, "model.arch=encoder_decoder", "model.n_layers=2"])
-    data, model, _ = build(cfg, _pretrained(tmp_path, "encoder_decoder"))
-    model.eval()
-    tokens = _rows(data.task.codec)
-    later = tokens.clone()
-    later[:, 10] = ord("Z")  # a token after column 5 changes
+    model, pad_id, tokens, later = _fine_tuned_rows(tmp_path, "encoder_decoder")
     with torch.no_grad():
-        memory, mask = model.encode(tokens), memory_padding_mask(tokens, data.pad_id)
+        memory, mask = model.encode(tokens), memory_padding_mask(tokens, pad_id)
         decoded, decoded_later = model.decode(tokens, memory, mask), model.decode(later, memory, mask)
         # the decoder is causal: its states before the change are the same, from the change on they differ
         torch.testing.assert_close(decoded_later[:, :10], decoded[:, :10])
         assert not torch.allclose(decoded_later[:, 10], decoded[:, 10])
         # the encoder reads the whole row, and through cross-attention so does every decoder position
         assert not torch.allclose(model.encode(later)[:, 5], memory[:, 5])
-        full = model(tokens)
-        assert not torch.allclose(model(later)[:, 5], full[:, 5])
-        torch.testing.assert_close(full, model.decode(tokens, memory, mask))  # forward: the same row to both stacks
-        # padding is masked: the pad row of the embedding changes no real position's output
-        real = tokens.ne(data.pad_id)
-        model.tok_emb.weight[data.pad_id] += 3.0
-        torch.testing.assert_close(model(tokens)[real], full[real], atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(model(later)[:, 5], model(tokens)[:, 5])
+        torch.testing.assert_close(model(tokens), decoded)  # forward: the same row into both stacks
+        _padding_is_masked(model, pad_id, tokens)
 
 
 def test_the_prefix_lm_reads_the_whole_row_as_its_prefix(tmp_path: Path) -> None:
-    cfg = compose_cfg([*FINE_TUNE, "model.arch=prefix_lm", "model.n_layers=2"])
-    data, model, _ = build(cfg, _pretrained(tmp_path, "prefix_lm"))
-    model.eval()
-    tokens = _rows(data.task.codec)
-    later = tokens.clone()
-    later[:, 10] = ord("Z")
+    model, pad_id, tokens, later = _fine_tuned_rows(tmp_path, "prefix_lm")
     with torch.no_grad():
-        full = model(tokens)
-        assert not torch.allclose(model(later)[:, 5], full[:, 5])  # bidirectional: an earlier position sees it
-        real = tokens.ne(data.pad_id)
-        model.tok_emb.weight[data.pad_id] += 3.0
-        torch.testing.assert_close(model(tokens)[real], full[real], atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(model(later)[:, 5], model(tokens)[:, 5])  # bidirectional: an earlier position sees it
+        _padding_is_masked(model, pad_id, tokens)
 
 
 def test_an_encoder_decoder_on_a_downstream_row_costs_both_stacks_over_the_row() -> None:
