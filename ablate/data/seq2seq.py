@@ -424,11 +424,12 @@ class SpanCorruption(Seq2SeqTask):
         return out
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """Bytes as text, each sentinel as ``<k>``, up to EOS."""
+        """Bytes as text (``\\xNN`` where not printable ASCII), each sentinel as ``<k>``, up to EOS; the
+        other specials (PAD, CLS, SEP, MASK) as nothing."""
         out = []
         for i in map(int, ids):
             if i == self.eos_id:
                 break
-            out.append(chr(i) if i < self.BYTES and 32 <= i < 127 else f"<{i - self.sentinel_id}>"
-                       if i >= self.sentinel_id else "" if i in (self.pad_id, self.sep_id) else f"\\x{i:02x}")
+            out.append(chr(i) if 32 <= i < 127 else f"\\x{i:02x}" if i < self.BYTES
+                       else f"<{i - self.sentinel_id}>" if i >= self.sentinel_id else "")
         return "".join(out)
