@@ -323,6 +323,7 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
         problems.append(f"task must be a config group (a mapping with _target_), got {task!r}")
     if resolved:
         problems += _guarded("task", lambda: data.check(*resolved))
+    seq2seq = bool(resolved and getattr(resolved[0], "seq2seq", False))
     model = cfg.get("model")
     model_ok = isinstance(model, Mapping) and not any(p.startswith("model") for p in problems)
     if model_ok and resolved:
@@ -347,7 +348,7 @@ def config_problems(cfg: DictConfig | Mapping[str, Any]) -> list[str]:
     if not isinstance(node, Mapping):
         problems.append(f"init must be a config group (a mapping with _target_), got {node!r}")
     if resolved and context is not None and not problems:
-        problems += _guarded("model", lambda: _dry_run(cfg, context, *resolved))
+        problems += _guarded("model", lambda: _dry_run(cfg, context, seq2seq, *resolved))
     elif resolved:
         problems += _guarded("init", lambda: type_problems("init", *resolved))
     return problems
@@ -358,9 +359,12 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     model = cfg["model"]
     arch = resolved_arch(model.get("arch", "auto"), model.get("causal"))
     seq2seq, name = bool(getattr(task, "seq2seq", False)), label(cfg["task"], getattr(task, "name", None))
-    if arch in SEQ2SEQ_ARCHS and not seq2seq:
-        return [f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task (task=add "
-                f"or task=dedup, or a Seq2SeqTask of yours); task={name} has none; valid with it: auto, decoder, encoder"]
+    finetuning = bool((cfg.get("finetune") or {}).get("from_job"))
+    if arch in SEQ2SEQ_ARCHS and not seq2seq and not finetuning:
+        return [f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task (task=add, "
+                f"dedup, span_corruption or seq2seq_file, or a Seq2SeqTask of yours); task={name} has none; valid "
+                "with it: auto, decoder, encoder (its fine-tune stage reads a downstream task's whole row: "
+                "docs/finetune.md)"]
     if seq2seq and arch == "encoder":
         how = "model.arch=encoder" if model.get("arch") == "encoder" else "model.arch=auto with model.causal=false"
         return [f"{how} on task={name}: an encoder sees the target token it is to predict; valid: decoder, "
@@ -373,8 +377,9 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     if objective == "mlm" and model.get("arch") == "decoder":  # under auto, the task's causal=false rules
         return [f"model.arch=decoder on task={name} (masked LM): a masked token is predicted from both sides, which "
                 "a decoder cannot read; valid: auto, encoder"]
-    if arch in SEQ2SEQ_ARCHS and (cfg.get("finetune") or {}).get("tasks"):
-        return [f"model.arch={arch} has no fine-tune stage yet (finetune.tasks); valid with one: auto, decoder, encoder"]
+    if arch in SEQ2SEQ_ARCHS and objective == "clm":  # a fine-tune job: its encoder side reads the whole row
+        return [f"model.arch={arch} fine-tuned on task={name} (causal LM): it reads the whole row bidirectionally, "
+                "so it sees the next token it is to predict; valid: auto, decoder"]
     node = cfg.get("attention") or {}
     pattern = import_target(node["_target_"]) if node.get("_target_") else patterns.Softmax
     if arch == "prefix_lm" and not (isinstance(pattern, type) and issubclass(pattern, patterns.Softmax)):
@@ -383,14 +388,17 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     return []
 
 
-def _dry_run(cfg: Mapping[str, Any], context: Context, init_target: Any, init_settings: dict) -> list[str]:
+def _dry_run(cfg: Mapping[str, Any], context: Context, seq2seq: bool, init_target: Any,
+             init_settings: dict) -> list[str]:
     """Assemble the model on the meta device, apply its init scheme, run it once at the longest
-    length: catches what only the assembled model shows."""
+    length: catches what only the assembled model shows. A seq2seq family on a ``seq2seq`` task
+    splits a nominal row in two; on another task (a fine-tune) it reads the whole row."""
     import torch
 
     with torch.device("meta"):
         arch = resolved_arch(cfg["model"].get("arch", "auto"), cfg["model"].get("causal"))
-        layout = Seq2SeqLayout(1, 1, {context.max_len: max(2, context.max_len // 2)}) if arch in SEQ2SEQ_ARCHS else None
+        layout = (Seq2SeqLayout(1, 1, {context.max_len: max(2, context.max_len // 2)})
+                  if arch in SEQ2SEQ_ARCHS and seq2seq else None)
         model, problems = call_problems("model", assemble, lambda: assemble(cfg, 2, 2, context.max_len, None, layout))
         if problems:
             return problems

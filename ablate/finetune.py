@@ -23,6 +23,13 @@ whatever ``checkpoint.keep`` says, since fine-tunes, later ones too, start from 
 loads it (:func:`load_pretrained`), builds its model at the pretraining's vocabulary and positions,
 copies every weight but the head (token embeddings with the special rows, positions, blocks, final
 norm) and trains a new head for its task; ``finetune.mode=probe`` freezes the body (a linear probe).
+
+Every family fine-tunes, from the pretraining its objective allows (``PRETRAINING_TASKS``): an encoder
+after masked LM, a decoder after causal LM or span corruption, a prefix LM or an encoder–decoder after
+span corruption (T5's objective). The last two read a downstream task's whole row, the encoder–decoder
+as BART does (Lewis et al. 2020, §3.1: the row into both stacks, the head on the decoder's states;
+``ablate.model.seq2seq``), and their fine-tunes take the causal task layout (the label at the row's
+last token, which the decoder reads after the whole row).
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ PRETRAINED = "pretrained.pt"
 REPLACED_KEYS = ("optim.lr", "optim.warmup_steps", "trainer.max_steps", "finetune.from_job", "finetune.seed")
 #: a fine-tune's pretraining job before it is known (``--plan`` of a tuned sweep: its rate is chosen later)
 AFTER_TUNING = "<after tuning>"
+#: the pretraining tasks each family (``model.arch``, resolved) may fine-tune after: the objectives it
+#: trains on (docs/seq2seq.md) that share their vocabulary with the downstream tasks
+PRETRAINING_TASKS = {"decoder": ("lm", "span_corruption"), "encoder": ("mlm",),
+                     "prefix_lm": ("span_corruption",), "encoder_decoder": ("span_corruption",)}
 
 
 def stage(cfg: Any) -> str | None:
@@ -65,10 +76,14 @@ def _replaced(key: str) -> bool:
 def finetune_jobs(finetune: FineTune, pretraining: Iterable[list[str]]) -> list[list[str]]:
     """Every fine-tune job of ``pretraining`` (its jobs, as launched), per pretraining job, task, rate
     (``finetune.tune_lr``'s grid, else the task's one rate) and fine-tune seed (see the module's docstring)."""
+    from ablate.model.seq2seq import SEQ2SEQ_ARCHS
+
     jobs = []
     for job in pretraining:
         kept = [o for o in job if not _replaced(override_key(o))]
         causal = job_value(job, "model.causal") or ("true" if finetune.causal else "false")
+        if job_value(job, "model.arch") in SEQ2SEQ_ARCHS:
+            causal = "true"  # their decoder side is causal whatever model.causal says: the label at the row's end
         pending = any(o.split("=", 1)[-1].startswith("<") for o in job)  # --plan: a rate not chosen yet
         name = AFTER_TUNING if pending else job_dir_name(job)
         for task in finetune.tasks:
@@ -234,12 +249,15 @@ def pretraining_codec(cfg: Any) -> Any:
     """The vocabulary a pretraining job's task shares with its fine-tunes (``TextCodec``); raises
     ValueError, one line, for a task that has none (not a language model, or a pre-tokenized ``.bin``)."""
     from ablate.data import build_task
+    from ablate.model.seq2seq import resolved_arch
 
     task = build_task(cfg.task)
     if not callable(getattr(task, "codec", None)):
+        arch = resolved_arch(cfg.model.get("arch", "auto"), cfg.model.get("causal"))
+        valid = " or ".join(f"task={name}" for name in PRETRAINING_TASKS[arch])
         raise ValueError(f"finetune.tasks fine-tunes a pretrained language model, but the pretraining task is "
                          f"task={cfg.task.get('name')}, which has no vocabulary to share with downstream tasks; "
-                         "pretrain with task=lm or task=mlm")
+                         f"pretrain model.arch={arch} with {valid}")
     return task.codec()
 
 

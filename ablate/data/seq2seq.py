@@ -19,7 +19,9 @@ Built-in, offline, generated from a seed like the digit tasks:
   a target of 1 … m tokens. ``m = (T - 2) // 2``.
 
 T5's span corruption (``span_corruption``, :class:`SpanCorruption`): a window of a text corpus's bytes
-with spans replaced by sentinels -> the sentinels and their spans.
+with spans replaced by sentinels -> the sentinels and their spans. Its ids begin with the downstream
+tasks' vocabulary (``TextCodec``: bytes 0–255, PAD 256, CLS 257, SEP 258, MASK 259), then EOS 260 and
+the sentinels 261…, so a fine-tune stage can follow it (docs/finetune.md).
 
 Your own parallel data (``seq2seq_file``): a directory ``task.path`` with ``train.tsv`` and
 ``dev.tsv``, one example per line, ``source<TAB>target`` (no header), as UTF-8 bytes (ids 0–255;
@@ -41,6 +43,7 @@ from ablate.model.seq2seq import Seq2SeqLayout
 from .base import IGNORE, N_VAL, Batch, SyntheticTask, held_out_generator, train_generator
 from .files import FileTask
 from .formats import _TagRows
+from .vocab import TextCodec
 
 N_DIGITS = 10
 
@@ -314,7 +317,11 @@ class SpanCorruption(Seq2SeqTask):
     sentinel; the target is every sentinel followed by the bytes it replaced. The window's length is
     the most that fits the row with its sentinels, SEP and EOS. The corpus is split by position: its
     first 90 % trains, the next 5 % validates, the last 5 % tests (windows and spans of the held-out
-    splits are fixed: the same for every seed)."""
+    splits are fixed: the same for every seed).
+
+    Its ids are the byte codec's (:meth:`codec`: bytes, then PAD, CLS, SEP, MASK at that codec's ids)
+    followed by EOS and the sentinels, so the downstream tasks' ids (bytes and specials) are rows of
+    the pretrained embedding, as after ``task=lm`` or ``task=mlm`` with special tokens."""
 
     name = "span_corruption"
     min_len = 16
@@ -328,11 +335,17 @@ class SpanCorruption(Seq2SeqTask):
                  mean_span: Annotated[float, Range(low=1.0)] = MEAN_SPAN, max_decode: int | None = None):
         self.noise_density, self.mean_span, self.path = float(noise_density), float(mean_span), path
         SyntheticTask.__init__(self, seq_len, eval_lengths, batch_size, causal, n_test, n_val)
-        self.pad_id, self.sep_id, self.eos_id = self.BYTES, self.BYTES + 1, self.BYTES + 2
-        self.sentinel_id = self.BYTES + 3
-        self.vocab_size = self.n_classes = self.BYTES + 3 + self.N_SENTINELS
+        shared = self.codec()
+        self.pad_id, self.sep_id = shared.pad_id, shared.sep_id
+        self.eos_id = shared.vocab_size
+        self.sentinel_id = self.eos_id + 1
+        self.vocab_size = self.n_classes = self.sentinel_id + self.N_SENTINELS
         self.n_values, self.plus_id, self.max_decode = self.BYTES, None, max_decode
         self.layout = Seq2SeqLayout(self.sep_id, self.eos_id, {T: self.source_len(T) for T in self.test_lengths})
+
+    def codec(self) -> TextCodec:
+        """The vocabulary this task shares with downstream tasks (bytes with the specials; ``TextCodec``)."""
+        return TextCodec.of("bytes")
 
     @classmethod
     def _spans(cls, window: int, noise_density: float, mean_span: float) -> tuple[int, int]:
@@ -411,11 +424,12 @@ class SpanCorruption(Seq2SeqTask):
         return out
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """Bytes as text, each sentinel as ``<k>``, up to EOS."""
+        """Bytes as text (``\\xNN`` where not printable ASCII), each sentinel as ``<k>``, up to EOS; the
+        other specials (PAD, CLS, SEP, MASK) as nothing."""
         out = []
         for i in map(int, ids):
             if i == self.eos_id:
                 break
-            out.append(chr(i) if i < self.BYTES and 32 <= i < 127 else f"<{i - self.sentinel_id}>"
-                       if i >= self.sentinel_id else "" if i in (self.pad_id, self.sep_id) else f"\\x{i:02x}")
+            out.append(chr(i) if 32 <= i < 127 else f"\\x{i:02x}" if i < self.BYTES
+                       else f"<{i - self.sentinel_id}>" if i >= self.sentinel_id else "")
         return "".join(out)

@@ -140,7 +140,7 @@ def _cached_steps(model: nn.Module, tokens: Tensor, S: int, T: int) -> Callable[
     if encoder_decoder:  # the decoder's row starts at SEP; the source is encoded once
         source, prompt = tokens[:, :S - 1], tokens[:, S - 1:S]
         memory = model.encode(source)
-        memory_mask = memory_padding_mask(source, model.pad_id if model.layout.padded_sources else None)
+        memory_mask = memory_padding_mask(source, model.pad_id if model.source_padded else None)
         cross = [block.cross.project_memory(memory) for block in model.blocks]
         length, key_pad, bidirectional = T - S + 1, None, False
     else:

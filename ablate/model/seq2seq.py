@@ -17,6 +17,21 @@ The three families read the same rows and are scored on the same positions (T5, 
   the target (SEP is its start token) whose every layer attends causally to itself and, through
   cross-attention, to every encoder output (:class:`EncoderDecoder`).
 
+Fine-tuned on a downstream task (classification or tagging: its rows have no source and target, and
+its labels sit where the task puts them), the two families built for seq2seq read the whole row, so
+that the pretrained body is used as it was trained and the new head reads every position:
+
+* prefix LM: the whole row is the prefix (bidirectional, padding masked);
+* encoder–decoder: BART's recipe (Lewis et al. 2020, §3.1 and §3.2): "the same input is fed into
+  the encoder and decoder", the head on the decoder's top state at every position. The causal task
+  layout puts a classification label at the row's last token (CLS; BART adds one "to the end so that
+  representation for the token in the decoder can attend to decoder states from the complete
+  input"); a tagging label sits at its token, whose decoder state reads its left context and,
+  through cross-attention, the whole encoded row.
+
+A model is built this way when it gets no :class:`Seq2SeqLayout` (``layout=None``); the config check
+allows it only on a fine-tune job (pretraining these families needs a seq2seq task).
+
 Cross-attention reuses the ``qkv_sharing`` option's own class and its fused projection: each
 role of the projection (``q``, ``k``, ``v``, ``qk``, ``kv``, ``qkv``) maps the decoder's states
 (a role holding q) or the encoder's outputs (a role holding k or v). So in cross-attention Q=K
@@ -177,7 +192,9 @@ class EncoderDecoder(nn.Module):
     """An encoder stack over the source and a decoder stack over SEP + target, one token embedding
     table for both (Vaswani et al. 2017, §3.4; T5), a per-token head on the decoder. ``forward``
     takes a seq2seq row (module docstring) and returns (B, T, n_outputs) logits aligned with it: the
-    decoder's at columns S - 1 … T - 1, zeros at the source's (which no target labels).
+    decoder's at columns S - 1 … T - 1, zeros at the source's (which no target labels). Without a
+    ``layout`` (a downstream task) the whole row goes to both stacks and every column's logits are the
+    decoder's (BART, Lewis et al. 2020, §3.1-3.2: module docstring).
 
     ``blocks`` are the decoder's layers (``n_layers``), ``encoder`` the encoder's; ``pos`` and
     ``enc_pos`` the two stacks' position modules (one per stack: a decoder's is causal)."""
@@ -186,7 +203,7 @@ class EncoderDecoder(nn.Module):
     causal = True  # the decoder's self-attention
 
     def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_heads: int, bias: bool, dropout: float,
-                 pad_id: int | None, layout: Seq2SeqLayout, enc_pos: Position, pos: Position,
+                 pad_id: int | None, layout: Seq2SeqLayout | None, enc_pos: Position, pos: Position,
                  encoder: list[Block], blocks: list[DecoderBlock], enc_norm: nn.Module, final_norm: nn.Module,
                  embed_scale: float = 1.0) -> None:
         super().__init__()
@@ -212,15 +229,24 @@ class EncoderDecoder(nn.Module):
         return float(self.tok_emb.weight.detach().float().pow(2).mean().sqrt()) * self.embed_scale
 
     def split(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        """(source without SEP, SEP + target) of a batch of rows."""
+        """(the encoder's input, the decoder's input) of a batch of rows: a seq2seq row's source
+        without SEP and SEP + target; without a layout, the whole row to both."""
+        if self.layout is None:
+            return tokens, tokens
         S = self.layout.source_len(tokens.shape[1])
         return tokens[:, :S - 1], tokens[:, S - 1:]
+
+    @property
+    def source_padded(self) -> bool:
+        """Whether the encoder's input may hold padding (masked then): a seq2seq task's left-padded
+        sources, or a downstream task's right-padded row."""
+        return self.pad_id is not None and (self.layout is None or self.layout.padded_sources)
 
     def encode(self, source: Tensor) -> Tensor:
         """The encoder's outputs (B, S - 1, d) for ``source`` (B, S - 1)."""
         x = self.drop(self.enc_pos.embed(self.embed(source)))
         T = source.shape[1]
-        pad = source.eq(self.pad_id) if self.pad_id is not None and self.layout.padded_sources else None
+        pad = source.eq(self.pad_id) if self.source_padded else None
         attn_mask, is_causal = attention_mask(T, source.device, causal=False, mask_self=self.mask_self,
                                               bias=self.enc_pos.bias(T, T), key_padding=pad)
         for block in self.encoder:
@@ -242,7 +268,9 @@ class EncoderDecoder(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         source, target = self.split(tokens)
-        logits = self.decode(target, self.encode(source), memory_padding_mask(source, self.pad_id if self.layout.padded_sources else None))
+        logits = self.decode(target, self.encode(source), memory_padding_mask(source, self.pad_id if self.source_padded else None))
+        if self.layout is None:  # the decoder read the whole row: its logits are every column's
+            return logits
         return torch.cat([logits.new_zeros(logits.shape[0], source.shape[1], logits.shape[2]), logits], 1)
 
     def num_params(self) -> int:
@@ -261,9 +289,13 @@ class EncoderDecoder(nn.Module):
     def flops_by_component(self, seq_len: int, batch_size: int = 1) -> dict[str, float]:
         """Forward FLOPs per token of a row of ``seq_len``: the encoder at its source length, the decoder
         (self-attention, FFN, norms, head) and its cross-attention at the target's, each weighted by
-        its share of the row (docs/measurements.md)."""
-        S = self.layout.source_len(seq_len)
-        n_src, n_dec = S - 1, seq_len - S + 1
+        its share of the row (docs/measurements.md). Without a layout both stacks read the whole row:
+        each token costs an encoder token and a decoder token."""
+        if self.layout is None:
+            n_src = n_dec = seq_len
+        else:
+            S = self.layout.source_len(seq_len)
+            n_src, n_dec = S - 1, seq_len - S + 1
         out = {"attention": 0.0, "ffn": 0.0, "position": 0.0, "norm": 0.0, "cross_attention": 0.0, "head": 0.0}
         for (name, stack), length in zip(self.stacks(), (n_src, n_dec)):
             for key, value in forward_flops(stack, length, batch_size).items():

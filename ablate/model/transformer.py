@@ -31,8 +31,7 @@ from ablate.components import Fraction, PositiveInt, resolve
 
 from .attention import Attention, attention_mask
 from .block import Block
-from .seq2seq import (SEQ2SEQ_ARCHS, CrossAttention, DecoderBlock, EncoderDecoder, Seq2SeqLayout,
-                      resolved_arch)
+from .seq2seq import CrossAttention, DecoderBlock, EncoderDecoder, Seq2SeqLayout, resolved_arch
 from .flops import forward_flops, training_flops
 from . import mup
 from .init import pairing_problems
@@ -196,7 +195,8 @@ class Transformer(nn.Module):
 
     ``layout``: a seq2seq task's rows (``seq2seq.py``), which a decoder reads as one sequence and a
     prefix LM (``arch="prefix_lm"``, causal) bidirectionally over their source; padded sources are
-    masked in both.
+    masked in both. A prefix LM without one (fine-tuned on a downstream task) reads the whole row as
+    its prefix: bidirectional, padding masked.
     """
 
     def __init__(self, *, vocab_size: int, n_outputs: int, d_model: int, n_heads: int, n_layers: int,
@@ -208,9 +208,8 @@ class Transformer(nn.Module):
         if flex not in ("auto", "on", "off"):
             raise ValueError(f"flex={flex!r}; valid: auto, on, off")
         self.arch = arch or ("decoder" if causal else "encoder")
-        if self.arch == "prefix_lm" and (layout is None or not causal):
-            raise ValueError("a prefix LM is causal after the source of a seq2seq task's rows: it needs causal=True "
-                             "and a layout")
+        if self.arch == "prefix_lm" and not causal:
+            raise ValueError("a prefix LM is causal after the source of a seq2seq task's rows: it needs causal=True")
         self.layout = layout
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.causal, self.pad_id, self.embed_scale = causal, pad_id, embed_scale
@@ -242,6 +241,10 @@ class Transformer(nn.Module):
         """(attn_mask, is_causal) for this batch, shared by all layers: a materialised mask, or
         the position bias as a FlexAttention score function (``uses_flex``)."""
         T = tokens.shape[1]
+        if self.arch == "prefix_lm" and self.layout is None:  # a downstream task's row: all of it is the prefix
+            pad = tokens.eq(self.pad_id) if self.pad_id is not None else None
+            return attention_mask(T, tokens.device, causal=False, mask_self=self.mask_self,
+                                  bias=self.pos.bias(T, T), key_padding=pad)
         if self.layout is not None and (self.arch == "prefix_lm" or self.layout.padded_sources):
             pad = tokens.eq(self.pad_id) if self.pad_id is not None and self.layout.padded_sources else None
             prefix = self.layout.source_len(T) if self.arch == "prefix_lm" else 0
@@ -316,7 +319,8 @@ def assemble(cfg: Any, vocab_size: int, n_outputs: int, max_len: int, pad_id: in
     (softmax when absent), ``pos_enc``, ``norm`` (+ ``placement``) and ``ffn``: each a ``_target_``
     plus its settings (``ablate.components``). ``max_len``: the longest sequence the model is
     expected to see; positions use it unless ``pos_enc`` sets its own ``max_len``. ``layout``: a seq2seq
-    task's rows (``seq2seq.py``), which ``model.arch=prefix_lm|encoder_decoder`` need.
+    task's rows (``seq2seq.py``), which ``model.arch=prefix_lm|encoder_decoder`` split into a source and
+    a target; without one they read the whole row (a fine-tune on a downstream task: ``seq2seq.py``).
     """
     return _assemble(ModelSettings.from_node(cfg["model"]), cfg, vocab_size, n_outputs, max_len, pad_id, layout)
 
@@ -326,9 +330,6 @@ def _assemble(model: ModelSettings, cfg: Any, vocab_size: int, n_outputs: int, m
     d, H, L = model.d_model, model.n_heads, model.n_layers
     dropout, bias = model.dropout, model.bias
     arch = resolved_arch(model.arch, model.causal)
-    if arch in SEQ2SEQ_ARCHS and layout is None:
-        raise ValueError(f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task "
-                         "(task=add or task=dedup, or a Seq2SeqTask of yours); valid with this task: auto, decoder, encoder")
 
     attn_cls, attn_kw = option(cfg, "qkv_sharing")
     pos_cls, pos_kw = option(cfg, "pos_enc")
