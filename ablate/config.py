@@ -377,6 +377,10 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     if objective == "mlm" and model.get("arch") == "decoder":  # under auto, the task's causal=false rules
         return [f"model.arch=decoder on task={name} (masked LM): a masked token is predicted from both sides, which "
                 "a decoder cannot read; valid: auto, encoder"]
+    finetune = cfg.get("finetune") or {}
+    if model.get("tie_embeddings") is True and (finetune.get("tasks") or finetune.get("from_job")):
+        return ["model.tie_embeddings=true with a fine-tune stage (finetune.tasks): a downstream task's head "
+                "predicts its classes, not tokens, so it cannot be the token table; valid: model.tie_embeddings=false"]
     if arch in SEQ2SEQ_ARCHS and objective == "clm":  # a fine-tune job: its encoder side reads the whole row
         return [f"model.arch={arch} fine-tuned on task={name} (causal LM): it reads the whole row bidirectionally, "
                 "so it sees the next token it is to predict; valid: auto, decoder"]

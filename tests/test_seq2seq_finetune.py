@@ -180,3 +180,13 @@ def test_a_span_corruption_sweep_fine_tunes_each_family_and_ends_in_the_fine_tun
         rows = {row["variant"]: row for row in csv.DictReader(f)}
     assert list(rows) == ["encoder_decoder", "prefix_lm"]  # the command line's order
     assert all(row["py_module"] != "" and row["finetune_status"] == "1 ok" for row in rows.values())
+
+
+def test_tied_embeddings_with_a_fine_tune_stage_are_refused_before_anything_trains() -> None:
+    """A downstream head predicts classes, not tokens: tying it to the token table failed inside the
+    fine-tune job, after the pretraining had trained (the config's dry run ties a 2-token table to
+    2 outputs, which fits). Now the pretraining's config is refused, and a fine-tune job's too."""
+    for overrides in (["task=lm", "finetune.tasks=[py_module]"], ["task=py_module", "finetune.from_job=x"]):
+        refused = config_problems(compose_cfg(tiny_overrides(*QUIET, *overrides, "model.tie_embeddings=true")))
+        assert any(p.startswith("model.tie_embeddings=true with a fine-tune stage") for p in refused), refused
+    assert config_problems(compose_cfg(tiny_overrides(*QUIET, "task=lm", "model.tie_embeddings=true"))) == []
