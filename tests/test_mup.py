@@ -229,3 +229,45 @@ def test_the_size_presets_are_listed_in_order_where_the_report_reads_them():
 
     assert SIZE_PRESETS == tuple(SIZES)
     assert [SIZES[s]["d_model"] for s in SIZE_PRESETS] == sorted(SIZES[s]["d_model"] for s in SIZE_PRESETS)
+
+
+def test_an_encoder_decoder_under_mup_scales_both_stacks_and_the_cross_attention():
+    """μP for the encoder–decoder: at its base width it is the standard model (same weights, same
+    losses over AdamW steps); wider, every projection of both stacks and of the cross-attention is
+    matrix-like (lr/m), the 1/d_head scale reaches self- and cross-attention, the head's input is /m."""
+    from ablate.data import build_task
+    from ablate.data.seq2seq import Add
+
+    def enc_dec(overrides: list[str]):
+        cfg = compose_cfg(["task=add", "task.seq_len=16", "model.arch=encoder_decoder", "model.n_layers=1",
+                           "init=default", *overrides])
+        assert config_problems(cfg) == []
+        task = build_task(cfg.task)
+        assert isinstance(task, Add)
+        torch.manual_seed(0)
+        return build_model(cfg, task.vocab_size, task.n_classes, 16, task.pad_id, task.layout), cfg, task
+
+    (sp, cfg, task), (mp, mcfg, _) = enc_dec(["model.d_model=64"]), enc_dec(mup(64, 64))
+    assert all(torch.equal(a, b) for a, b in zip(sp.state_dict().values(), mp.state_dict().values()))
+    tokens, targets = task.eval_batches(16)[0]
+    losses = []
+    for model, c in ((sp, cfg), (mp, mcfg)):
+        optimizer, run = make_optimizer(model.parameters(), c.optim), []
+        for _ in range(3):
+            loss = F.cross_entropy(model(tokens[:8]).flatten(0, 1), targets[:8].flatten(), ignore_index=-100)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            run.append(loss.item())
+        losses.append(run)
+    assert losses[0] == losses[1]
+
+    wide, _, _ = enc_dec(mup(128, 32))
+    m = 128 / 32
+    matrix = {n for n, p in wide.named_parameters() if getattr(p, "lr_scale", 1.0) != 1.0}
+    assert matrix == {n for n, p in wide.named_parameters() if p.dim() == 2 and n.startswith(("blocks.", "encoder."))}
+    assert any(".cross." in n for n in matrix) and any(n.startswith("encoder.") for n in matrix)
+    assert all(math.isclose(p.lr_scale, 1 / m) for n, p in wide.named_parameters() if n in matrix)
+    scale = (32 // 4) ** 0.5 / (128 // 4)
+    patterns = [wide.encoder[0].attn.pattern, wide.blocks[0].attn.pattern, wide.blocks[0].cross.pattern]
+    assert all(math.isclose(p.scale, scale) for p in patterns) and wide.output_mult == 1 / m

@@ -98,8 +98,6 @@ def test_the_held_out_rows_are_the_same_for_every_seed_and_differ_from_training(
     (["model.arch=prefix_lm", "attention=linear"], "attention=linear has no such mask; valid: attention=softmax"),
     (["model.encoder_layers=3"], "model.encoder_layers=3 is the encoder's depth in an encoder–decoder"),
     (["model.arch=encoder_decoder", "pos_enc=xpos"], "pos_enc=xpos needs a decoder"),
-    (["model.arch=encoder_decoder", "model.parametrization=mup", "model.mup_base_width=32"],
-     "model.parametrization=mup is not built for model.arch=encoder_decoder"),
     (["task=lm", "model.arch=encoder"], "model.arch=encoder on task=lm (causal LM): an encoder sees the next token"),
     (["task=mlm", "model.arch=decoder"], "model.arch=decoder on task=mlm (masked LM): a masked token is predicted"),
     (["model.arch=seq2seq"], "model.arch='seq2seq' must be one of 'auto', 'decoder', 'encoder', 'prefix_lm', "

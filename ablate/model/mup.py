@@ -45,6 +45,10 @@ zeroes the biases. Schemes that shrink the embeddings with width (``xavier``, ``
 1/√d_head); linear attention has no softmax scores, so only the other multipliers apply to it. Position
 terms computed from q and k by the position module itself (DeBERTa's) keep their own scale.
 
+An encoder–decoder (``model.arch=encoder_decoder``) is classified the same way, parameter by parameter
+against its base model: both stacks' and the cross-attention's projections are matrix-like, the one
+head is the readout, and the 1/d_head scale reaches self- and cross-attention in both stacks.
+
 Depth is not covered: μP transfers across width; a ladder that also deepens the model (``model.size``)
 transfers the width part only.
 """
@@ -128,8 +132,10 @@ def apply(model: nn.Module, base: nn.Module, scheme: Any, base_head_dim: int) ->
                 module.bias.mul_((module.in_features / base.get_submodule(name).in_features) ** 0.5)
     model.output_mult = 1.0 / m
     scale = attention_scale(model.d_model // model.n_heads, base_head_dim)
-    for block in model.blocks:
+    for block in [*model.blocks, *getattr(model, "encoder", [])]:  # an encoder–decoder's two stacks
         block.attn.pattern.scale = scale
+        if hasattr(block, "cross"):  # and its cross-attention: scores q·k of a decoder and an encoder state
+            block.cross.pattern.scale = scale
     return classes
 
 

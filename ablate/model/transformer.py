@@ -138,9 +138,6 @@ class ModelSettings:
         if settings.get("tie_embeddings") is True and settings.get("parametrization") == "mup":
             return ["model.tie_embeddings=true with model.parametrization=mup: μP scales the embeddings and the head "
                     "apart (mup.py), which one shared table cannot be; valid: one of the two"]
-        if arch == "encoder_decoder" and settings.get("parametrization") == "mup":
-            return ["model.parametrization=mup is not built for model.arch=encoder_decoder (its base-shape "
-                    "bookkeeping covers one stack); valid: decoder, encoder, prefix_lm"]
         return []
 
     @staticmethod
