@@ -741,3 +741,25 @@ def test_runs_stopped_early_in_a_pivot_and_on_the_page(tmp_path):
     assert "1 run stopped early by EarlyStopping (at step 7 of 10;" in t.caption()
     page = to_html(t, recs, tmp_path, {})
     assert "ok (stopped early at step 7)" in page
+
+
+def test_a_design_row_that_changes_the_model_size_is_a_variant_not_a_rung():
+    """experiment=arch's half-depth row sets model.n_layers: a size key, but set by a design row it names
+    a variant (the flat table, the row's label); a size key swept on the command line still makes rungs."""
+    design = {"kind": "one_at_a_time", "base_label": "enc-dec", "base": {"model.arch": "encoder_decoder"},
+              "changes": {"half depth": {"model.n_layers": 1}, "decoder": {"model.arch": "decoder"}}}
+    rows = [["model.arch=encoder_decoder"], ["model.arch=encoder_decoder", "model.n_layers=1"], ["model.arch=decoder"]]
+    labels = {"model.arch=encoder_decoder": "enc-dec", "model.arch=encoder_decoder,model.n_layers=1": "half depth",
+              "model.arch=decoder": "decoder"}
+    exp = {"name": "arch", "baseline": "model.arch=encoder_decoder", "labels": labels, "design": design, "ladder": "auto"}
+    recs = [record(i * 2 + s, [*row, f"seed={s}"], acc=0.5 + 0.1 * i + 0.01 * s, experiment=exp)
+            for i, row in enumerate(rows) for s in range(2)]
+    for r in recs:  # what a ladder reads: training FLOPs and a final loss
+        r.metrics.update(train_flops=1e12 * (1 + ("model.n_layers=1" not in r.overrides)), final_loss=1.0)
+    from ablate.report import LadderTable
+
+    t = build_table(recs)
+    assert not isinstance(t, LadderTable)
+    assert [r.label for r in t.rows] == ["enc-dec", "half depth", "decoder"]
+    exp_swept = dict(exp, design=None)  # the same runs, n_layers swept on the command line: a ladder
+    assert isinstance(build_table([replace(r, experiment=exp_swept) for r in recs]), LadderTable)

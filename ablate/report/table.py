@@ -50,7 +50,7 @@ from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resol
 from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS
 from ablate.report.table_columns import Column, Field, flat_columns, flat_fields
 from ablate.report.tuned import add_default_lr_runs, final_runs
-from ablate.sweep import group_by_variant, override_key, Tuning, variant_key, variants
+from ablate.sweep import design_keys, group_by_variant, override_key, Tuning, variant_key, variants
 
 # Row, STATUSES and the row lookups are ``rows``'; they are imported from here too (ablate.report, formats).
 __all__ = ["STATUSES", "Row", "SweepTable", "build_table", "resolve_baseline", "resolve_rows", "split_rows"]
@@ -228,7 +228,8 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     swept, tune = sweep.swept, _tuning(sweep)
     if ladder == "auto":  # the experiment's layout, unless the caller chose one
         ladder = str(exp.get("ladder") or "auto")
-    if is_ladder(swept, ladder):
+    # a size key that only a design's rows set (experiment=arch's half-depth row) names a variant, not a rung
+    if is_ladder(swept if ladder == "on" else swept - set(design_keys(exp.get("design"))), ladder):
         try:  # a tuned ladder: the runs at each variant's chosen lr, as the flat table's rows
             table = build_ladder(final_runs(records, swept, tune)[0], swept, baseline=baseline, n_boot=n_boot,
                                  tune=tune)
