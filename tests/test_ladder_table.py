@@ -162,9 +162,11 @@ def test_cli_writes_the_ladder_csv(tmp_path):
 def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
     """3 widths x 2 variants under μP, each job trained on 2 tokens per parameter of its own model (the
     planner's steps, the same under every launcher: tests/test_planner.py), the lr tuned on the
-    smallest width only (tune.rungs=smallest); the sweep ends in the ladder layout with scaling.png."""
+    smallest width only (tune.rungs=smallest); the sweep ends in the ladder layout with scaling.png.
+    The variants are two families on a seq2seq task (the decoder and the encoder–decoder, its two
+    stacks and cross-attention under μP), so ladders, budgets and lr tuning are run for them too."""
     sweep = tmp_path / "sweep"
-    args = ["-m", "model.d_model=16,32,48", "qkv_sharing=independent,qkv_shared",
+    args = ["-m", "model.d_model=16,24,32", "task=add", "task.n_test=64", "task.n_val=32", "model.arch=decoder,encoder_decoder",
             "budget.match=tokens_per_param", "budget.tokens_per_param=2", "trainer=debug", "model.n_heads=2",
             "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
             "tune.lr=[1e-3]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=16",
@@ -175,7 +177,7 @@ def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
     # tuning: 2 variants x 2 rates (1e-3 and optim.lr) at width 16 only; then the 4 wider jobs (the
     # width-16 ones at the chosen rate are tuning runs, found done)
     assert len(recs) == 8 and {r["status"] for r in recs} == {"ok"}
-    assert {r["config"]["model"]["d_model"] for r in recs if "model.d_model=16" in r["tune"]["tuned_on"]} == {16, 32, 48}
+    assert {r["config"]["model"]["d_model"] for r in recs if "model.d_model=16" in r["tune"]["tuned_on"]} == {16, 24, 32}
     for r in recs:
         source = r["tune"]["tuned_on"]
         assert r["tune"]["rungs"] == "smallest" and "model.d_model=16" in source, r["tune"]
