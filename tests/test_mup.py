@@ -56,17 +56,19 @@ def test_mup_at_its_base_width_is_the_standard_parametrization(extra):
     (sp, cfg), (mp, mcfg) = model_of(["model.d_model=64", *extra]), model_of(mup(64, 64, *extra))
     assert all(torch.equal(a, b) for a, b in zip(sp.state_dict().values(), mp.state_dict().values()))
     tokens = torch.randint(0, VOCAB, (4, T), generator=torch.Generator().manual_seed(1))
-    losses = []
-    for model, c in ((sp, cfg), (mp, mcfg)):
-        optimizer, run = make_optimizer(model.parameters(), c.optim), []
-        for _ in range(3):
-            loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            run.append(loss.item())
-        losses.append(run)
-    assert losses[0] == losses[1]
+    assert adamw_losses(sp, cfg, tokens[:, :-1], tokens[:, 1:]) == adamw_losses(mp, mcfg, tokens[:, :-1], tokens[:, 1:])
+
+
+def adamw_losses(model, cfg, inputs, targets, steps: int = 3) -> list[float]:
+    """The losses of ``steps`` AdamW steps on one batch (the config's optimizer: μP's groups included)."""
+    optimizer, losses = make_optimizer(model.parameters(), cfg.optim), []
+    for _ in range(steps):
+        loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
 
 
 def test_each_parameter_gets_the_multiplier_tensor_programs_v_gives_it():
@@ -250,17 +252,7 @@ def test_an_encoder_decoder_under_mup_scales_both_stacks_and_the_cross_attention
     (sp, cfg, task), (mp, mcfg, _) = enc_dec(["model.d_model=64"]), enc_dec(mup(64, 64))
     assert all(torch.equal(a, b) for a, b in zip(sp.state_dict().values(), mp.state_dict().values()))
     tokens, targets = task.eval_batches(16)[0]
-    losses = []
-    for model, c in ((sp, cfg), (mp, mcfg)):
-        optimizer, run = make_optimizer(model.parameters(), c.optim), []
-        for _ in range(3):
-            loss = F.cross_entropy(model(tokens[:8]).flatten(0, 1), targets[:8].flatten(), ignore_index=-100)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            run.append(loss.item())
-        losses.append(run)
-    assert losses[0] == losses[1]
+    assert adamw_losses(sp, cfg, tokens[:8], targets[:8]) == adamw_losses(mp, mcfg, tokens[:8], targets[:8])
 
     wide, _, _ = enc_dec(mup(128, 32))
     m = 128 / 32
