@@ -10,7 +10,7 @@ main: setup  ## the Q=K=V vs Q=K vs independent QKV ablation, 3 seeds, table at 
 	.venv/bin/ablate -m experiment=qkv_sharing hydra/launcher=joblib
 
 test: setup  ## the whole test suite, slow tests included (CPU; two pytest workers, each test file in one; its measured time on 2 cores: README)
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup  ## the fast tier: every test not marked slow (in-process, two pytest workers; under 2 minutes on 2 cores)
 	.venv/bin/python -m pytest -q -n 2 -m "not slow"
