@@ -359,8 +359,8 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     model = cfg["model"]
     arch = resolved_arch(model.get("arch", "auto"), model.get("causal"))
     seq2seq, name = bool(getattr(task, "seq2seq", False)), label(cfg["task"], getattr(task, "name", None))
-    finetuning = bool((cfg.get("finetune") or {}).get("from_job"))
-    if arch in SEQ2SEQ_ARCHS and not seq2seq and not finetuning:
+    finetune = cfg.get("finetune") or {}
+    if arch in SEQ2SEQ_ARCHS and not seq2seq and not finetune.get("from_job"):
         return [f"model.arch={arch} reads a source and a target: it needs a sequence-to-sequence task (task=add, "
                 f"dedup, span_corruption or seq2seq_file, or a Seq2SeqTask of yours); task={name} has none; valid "
                 "with it: auto, decoder, encoder (its fine-tune stage reads a downstream task's whole row: "
@@ -377,7 +377,6 @@ def _arch_problems(cfg: Mapping[str, Any], task: Any) -> list[str]:
     if objective == "mlm" and model.get("arch") == "decoder":  # under auto, the task's causal=false rules
         return [f"model.arch=decoder on task={name} (masked LM): a masked token is predicted from both sides, which "
                 "a decoder cannot read; valid: auto, encoder"]
-    finetune = cfg.get("finetune") or {}
     if model.get("tie_embeddings") is True and (finetune.get("tasks") or finetune.get("from_job")):
         return ["model.tie_embeddings=true with a fine-tune stage (finetune.tasks): a downstream task's head "
                 "predicts its classes, not tokens, so it cannot be the token table; valid: model.tie_embeddings=false"]

@@ -344,8 +344,8 @@ def _start_wandb(cfg: DictConfig, job: Job, resolved: dict[str, Any], group: str
 
 
 def _finish(record: Record, run: Any, job: Job) -> None:
-    if _rank() != 0:  # rank 0 writes the record; another rank's failure is said here, or rank 0 only
-        if record.status == "failed":  # records that its peer closed the connection
+    if _rank() != 0:  # rank 0 writes the record; another rank's failure is said here, since rank 0's
+        if record.status == "failed":  # record only says that its peer closed the connection
             print(f"[ablate] {job.name}: rank {_rank()} failed: {record.error}\n{record.traceback or ''}",
                   file=sys.stderr, flush=True)
         return

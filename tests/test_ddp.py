@@ -18,6 +18,14 @@ from ablate.train import build
 pytestmark = pytest.mark.slow  # two DDP ranks through the real `ablate` CLI
 
 
+def checkpointed(run_dir: Path, record: dict):
+    """(config, data, Lightning module) of a run's record, the module holding its kept checkpoint's weights."""
+    cfg = OmegaConf.create(record["config"])
+    data, _, module = build(cfg)
+    module.load_state_dict(torch.load(run_dir / CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"])
+    return cfg, data, module
+
+
 def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list[str]) -> None:
     # under μP (its per-parameter learning rates and multipliers must survive DDP and a checkpoint)
     out = run_cli([*tiny, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=10",
@@ -30,10 +38,7 @@ def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list
     # two ranks' batches per step: the record counts the tokens both trained on
     assert record["metrics"]["tokens"] == 10 * 2 * 8 * 64
 
-    cfg = OmegaConf.create(record["config"])
-    data, model, module = build(cfg)
-    state = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"]
-    module.load_state_dict(state)
+    cfg, data, module = checkpointed(tmp_path / "run", record)
     trainer = pl.Trainer(accelerator="cpu", devices=1, precision=cfg.trainer.precision, logger=False,
                          enable_progress_bar=False, enable_model_summary=False)
     trainer.validate(module, dataloaders=data.test_dataloader(), verbose=False)
@@ -61,10 +66,7 @@ def test_cpu_ddp_evaluates_a_seq2seq_test_split_of_one_batch_on_both_ranks(tmp_p
     (record,) = records(tmp_path / "run")
     assert record["status"] == "ok", record["error"]
 
-    cfg = OmegaConf.create(record["config"])
-    data, model, module = build(cfg)
-    state = torch.load(tmp_path / "run" / CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"]
-    module.load_state_dict(state)
+    _, data, module = checkpointed(tmp_path / "run", record)
     batches = data.eval_batches(48, "test")
     assert len(batches) == 1 and len(batches[0][0]) == 8
     single = module.evaluate(batches)
