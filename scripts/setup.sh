@@ -54,6 +54,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
   touch "$stamp"
 fi
+# ablate's own bytecode too, which an editable install leaves to the first import: where
+# PYTHONDONTWRITEBYTECODE is set, every process would compile its 20k lines again (0.7 CPU-s each,
+# and the test suite starts some 300 processes). Quick when nothing changed; stale files are ignored.
+.venv/bin/python -m compileall -q -j 0 ablate hydra_plugins >/dev/null
 
 # Debian's chromium, for the report's browser test (tests/test_report_page.py): installed where this
 # runs as root with apt-get (a container, CI), tried once; elsewhere that one test skips and says why.

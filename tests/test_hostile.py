@@ -65,27 +65,9 @@ def keys_named(problems: list[str], key: str) -> bool:
     return any(key in p or f"{short}=" in p or f".{short}" in p or f"`{short}`" in p for p in problems)
 
 
-def cases() -> list[tuple[list[str], str, Any]]:
-    """(task overrides, leaf key, wrong value) for every leaf of the default config and of each task."""
-    rng = random.Random(20261129)
-    out = []
-    default = OmegaConf.to_container(compose_cfg([]), resolve=True)
-    for key, value in leaves(default):
-        if key.startswith("task.") or key == "model.causal":  # model.causal follows task.causal
-            continue
-        out += [([], key, bad) for bad in wrong_values(value, rng)]
-    for task in builtin_options("task"):
-        if task.startswith("glue_"):  # task=glue with its name set: glue's keys, drawn below for glue
-            continue
-        node = OmegaConf.to_container(compose_cfg(task_overrides(task)).task, resolve=True)
-        for key, value in leaves(node, "task"):
-            if key == "task.name" and task != "glue":  # a label, free text
-                continue
-            out += [(task_overrides(task), key, bad) for bad in wrong_values(value, rng)]
-    return out
-
-
-CASES = cases()
+#: the configs whose leaves are fed wrong types: the default config, and each task's node (a glue_*
+#: task is task=glue with its name set: glue's keys)
+CONFIGS = ["default", *(task for task in builtin_options("task") if not task.startswith("glue_"))]
 
 
 @functools.cache
@@ -93,14 +75,40 @@ def _composed(overrides: tuple[str, ...]) -> Any:
     return compose_cfg(list(overrides))
 
 
-@pytest.mark.slow  # 300+ validations, one Hydra composition per task (each case gets its own copy)
-@pytest.mark.parametrize("overrides,key,bad", CASES, ids=[f"{k}={b!r}"[:60] for _, k, b in CASES])
-def test_every_leaf_key_refuses_a_wrong_type_by_name(overrides: list[str], key: str, bad: Any) -> None:
-    cfg = copy.deepcopy(_composed(tuple(overrides)))
-    OmegaConf.update(cfg, key, bad, force_add=True, merge=False)
-    problems = config_problems(cfg)  # never raises
-    assert problems, f"{key}={bad!r} was accepted"
-    assert keys_named(problems, key), (key, bad, problems)
+def _overrides(config: str) -> tuple[str, ...]:
+    return () if config == "default" else tuple(task_overrides(config))
+
+
+@functools.cache
+def cases(config: str) -> list[tuple[str, Any]]:
+    """(leaf key, wrong value) for every leaf of ``config`` (one of :data:`CONFIGS`): two wrong values
+    a key, drawn by a generator seeded by the config's name. Composed when a test asks, not at
+    collection (a Hydra composition per task, seconds in every test process)."""
+    rng = random.Random(f"20261129-{config}")
+    if config == "default":
+        default = OmegaConf.to_container(_composed(()), resolve=True)
+        keys = [(key, value) for key, value in leaves(default)
+                if not key.startswith("task.") and key != "model.causal"]  # model.causal follows task.causal
+    else:
+        node = OmegaConf.to_container(_composed(_overrides(config)).task, resolve=True)
+        keys = [(key, value) for key, value in leaves(node, "task")
+                if key != "task.name" or config == "glue"]  # a label, free text
+    return [(key, bad) for key, value in keys for bad in wrong_values(value, rng)]
+
+
+@pytest.mark.slow  # 300+ validations, one Hydra composition per config (each case gets its own copy)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_leaf_key_refuses_a_wrong_type_by_name(config: str) -> None:
+    missed = []
+    for key, bad in cases(config):
+        cfg = copy.deepcopy(_composed(_overrides(config)))
+        OmegaConf.update(cfg, key, bad, force_add=True, merge=False)
+        problems = config_problems(cfg)  # never raises
+        if not problems:
+            missed.append(f"{key}={bad!r} was accepted")
+        elif not keys_named(problems, key):
+            missed.append(f"{key}={bad!r} not named in {problems}")
+    assert cases(config) and not missed, "\n".join(missed)
 
 
 @pytest.mark.slow  # seconds: a Hydra composition per task
@@ -316,8 +324,8 @@ def test_records_and_tables_follow_the_umask(tmp_path: Path, tiny: list[str]) ->
 def _random_picks(seed: int, n: int = 6) -> list[tuple[str, Any]]:
     """``n`` wrong-typed leaf keys of the default config at once (one value per key)."""
     rng = random.Random(seed)
-    picks = rng.sample([c for c in CASES if not c[0] and not c[1].startswith("experiment.labels")], n)
-    return list({key: (key, bad) for _, key, bad in picks}.values())
+    picks = rng.sample([c for c in cases("default") if not c[0].startswith("experiment.labels")], n)
+    return list({key: (key, bad) for key, bad in picks}.values())
 
 
 def _checkable(key: str, picks: list[tuple[str, Any]]) -> bool:
