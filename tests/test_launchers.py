@@ -20,9 +20,10 @@ VARIANTS = ["independent", "qk_shared", "qkv_shared", "kv_shared", "mqa"]
 
 
 def submitit_sweep(tmp_path: Path, tiny: list[str], n_jobs: int, *extra: str) -> tuple[Path, list[dict]]:
-    """A sweep of ``n_jobs`` variants under submitit's local executor (each job its own process)."""
+    """A sweep of ``n_jobs`` variants under submitit's local executor (each job its own process), 10
+    steps each: what it checks (threads, jobs at once) needs no more."""
     sweep = tmp_path / "sweep"
-    out = run_cli(["-m", f"qkv_sharing={','.join(VARIANTS[:n_jobs])}", *tiny, "trainer.max_steps=100",
+    out = run_cli(["-m", f"qkv_sharing={','.join(VARIANTS[:n_jobs])}", *tiny, "trainer.max_steps=10",
                    "logger=none",
                    "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", *extra,
                    f"hydra.sweep.dir={sweep}"], tmp_path, timeout=300)
