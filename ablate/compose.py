@@ -21,11 +21,16 @@ from ablate.paths import CONF_DIR
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-#: A tiny model under ``trainer=debug`` (6 steps, no progress bar), 2 untimed steps, and no
-#: re-timing at a sweep's end (``measure.retime``: a tiny model's speed is no result; the tests of
-#: the re-timing ask for it).
+#: The held-out sets of a tiny run: 32 validation and 32 test examples, not the task's hundreds.
+#: After a handful of steps, the built-in task's 256 validation windows (evaluated twice) and 256
+#: test windows took most of a tiny run: 11-16 CPU-s for one run through the CLI, 7-10 with these.
+HELD_OUT: tuple[str, ...] = ("task.n_val=32", "task.n_test=32")
+
+#: A tiny model under ``trainer=debug`` (6 steps, no progress bar), 2 untimed steps, no re-timing
+#: at a sweep's end (``measure.retime``: a tiny model's speed is no result; the tests of the
+#: re-timing ask for it), and small held-out sets (:data:`HELD_OUT`).
 TINY: tuple[str, ...] = ("trainer=debug", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
-                         "task.batch_size=8", "measure.warmup_steps=2", "measure.retime=never")
+                         "task.batch_size=8", "measure.warmup_steps=2", "measure.retime=never", *HELD_OUT)
 
 
 def _key(override: str) -> str:
@@ -36,11 +41,32 @@ def _key(override: str) -> str:
 def tiny_overrides(*changes: str, without: Iterable[str] = ()) -> list[str]:
     """:data:`TINY` with ``changes``: one that sets a key TINY sets takes its place, another is
     added at the end; then the keys in ``without`` left out (``"trainer"``: the default trainer
-    instead of ``trainer=debug``; ``"measure.memory"``: memory measured after all)."""
+    instead of ``trainer=debug``; ``"measure.memory"``: memory measured after all). A change of
+    ``task`` keeps the :data:`HELD_OUT` sizes that task has (``[*TINY, "task=glue"]`` would set a
+    test size glue has not)."""
     changed = {_key(c): c for c in changes}
-    out = [changed.pop(_key(o), o) for o in TINY] + list(changed.values())
     dropped = set(without)
+    if "task" in changed:  # another task: the held-out sizes it has (a file's test split has none)
+        keys = _task_keys(changed["task"].split("=", 1)[1])
+        dropped |= {_key(o) for o in HELD_OUT if _key(o).split(".", 1)[1] not in keys and _key(o) not in changed}
+    out = [changed.pop(_key(o), o) for o in TINY] + list(changed.values())
     return [o for o in out if _key(o) not in dropped]
+
+
+def _task_keys(name: str) -> set[str]:
+    """The keys ``task=NAME`` sets in the package's config tree, its defaults' included (glue_sst2:
+    glue's); none for a task that is not there (a user's, from ``--config-dir``)."""
+    from omegaconf import OmegaConf
+
+    path = CONF_DIR / "task" / f"{name}.yaml"
+    if not path.is_file():
+        return set()
+    node = OmegaConf.to_container(OmegaConf.load(path))
+    keys = set(node) - {"defaults"}
+    for parent in node.get("defaults", []):
+        if isinstance(parent, str) and parent != "_self_":
+            keys |= _task_keys(parent)
+    return keys
 
 
 _depth = 0  # hydra_initialized blocks open (Hydra cannot be initialised twice: an inner block uses the outer's)

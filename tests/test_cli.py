@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli, wandb_run_info, wandb_summary
 
+from ablate.compose import tiny_overrides
+
 pytestmark = pytest.mark.slow  # every test runs the real `ablate` console scripts
 
 
@@ -23,9 +25,9 @@ def test_single_run_prints_final_metrics(tmp_path: Path, tiny: list[str]) -> Non
     assert record["metrics"]["steps"] == 6
 
 
-def test_glue_cola_reports_matthews_correlation(tmp_path: Path, tiny: list[str]) -> None:
+def test_glue_cola_reports_matthews_correlation(tmp_path: Path) -> None:
     fixture = Path(__file__).parent / "fixtures" / "glue_cola"
-    out = run_cli([*tiny, "task=glue", "task.name=cola", f"task.path={fixture}", "task.seq_len=48",
+    out = run_cli([*tiny_overrides("task=glue"), "task.name=cola", f"task.path={fixture}", "task.seq_len=48",
                    "logger=none", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     (record,) = records(tmp_path / "run")

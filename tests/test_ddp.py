@@ -11,6 +11,7 @@ import torch
 from conftest import REPO, records, run_cli
 from omegaconf import OmegaConf
 
+from ablate.compose import tiny_overrides
 from ablate.data.base import IGNORE
 from ablate.run import CHECKPOINT
 from ablate.train import build
@@ -51,15 +52,15 @@ def test_cpu_ddp_gathers_the_evaluation_of_both_ranks(tmp_path: Path, tiny: list
         assert gathered[length]["loss"] == pytest.approx(e["loss"], rel=1e-5)
 
 
-def test_cpu_ddp_evaluates_a_seq2seq_test_split_of_one_batch_on_both_ranks(tmp_path: Path, tiny: list[str]) -> None:
+def test_cpu_ddp_evaluates_a_seq2seq_test_split_of_one_batch_on_both_ranks(tmp_path: Path) -> None:
     """An encoder–decoder on your own parallel text under DDP, its test split 8 rows in one batch: the
     ranks share it by rows (``rank_share``; rank 1 used to stop on an empty loader, and the job failed
     with gloo's "connection closed by peer"). Every target token is counted once; the teacher-forced
     figures are one process's on the same weights, and the decoded texts of both ranks give BLEU and
     chrF. (The decodings themselves are not compared: a barely trained model's near-ties flip with the
     ranks' last-digit drift.)"""
-    out = run_cli([*tiny, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=150",
-                   "optim.lr=3e-3", "eval.every=0", "task=seq2seq_file",
+    out = run_cli([*tiny_overrides("task=seq2seq_file"), "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+                   "trainer.max_steps=150", "optim.lr=3e-3", "eval.every=0",
                    f"task.path={REPO / 'tests' / 'fixtures' / 'seq2seq_file'}", "task.seq_len=48",
                    "model.arch=encoder_decoder", "logger=none", "checkpoint.keep=true", "hydra.run.dir=run"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]

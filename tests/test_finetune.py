@@ -92,7 +92,7 @@ def test_a_tuned_sweep_fine_tunes_its_final_runs() -> None:
      "task=tagging has a vocabulary of its own"),
     (["finetune.tasks=[classify]", f"+finetune.settings.classify.path={FIXTURES / 'classify'}"],
      "task=classify runs at length 128, but the pretrained pos_enc=learned has a table of 32 positions"),
-    (["finetune.tasks=[classify]", *CLASSIFY, "task=reverse"], "the pretraining task is task=reverse"),
+    (["finetune.tasks=[classify]", *CLASSIFY, "task=recall"], "the pretraining task is task=recall"),
     (["finetune.tasks=[classify]", *CLASSIFY, "+finetune.settings.classify.tokenizer=bytes", "task.tokenizer=bpe",
       "task.vocab_size=300"],  # a tokenizer forced to another than the pretraining's (the stage sets it)
      "task=classify encodes its text with bytes (256 ids + 4 specials), but the pretraining vocabulary is tokenizer"),
@@ -175,7 +175,7 @@ def test_a_pretrained_body_learns_a_task_faster_than_a_fresh_one(tmp_path: Path)
     from ablate.optim import make_optimizer
 
     torch.set_num_threads(1)
-    base = tiny_overrides(*QUIET, "task.batch_size=16", "task.seq_len=32", "model.d_model=32", "task=mlm")
+    base = tiny_overrides(*QUIET, "task.batch_size=16", "task.seq_len=32", "model.d_model=32", "task=mlm", "task.n_val=256")
     cfg = compose_cfg(base + ["finetune.tasks=[mlm]"])
     data, model, _ = build(cfg)
     optimizer = make_optimizer(model.parameters(), {**cfg.optim, "lr": 3e-3})

@@ -147,7 +147,7 @@ def test_mnli_scores_mismatched_beside_matched(mnli: Path) -> None:
 
 def test_mnli_mismatched_is_recorded(mnli: Path, tmp_path: Path, one_thread) -> None:
     overrides = ["task=glue", "task.name=mnli", f"task.path={mnli}", "task.n_val=2", "trainer.max_steps=2"]
-    cfg = compose_cfg([*tiny_overrides(*IN_PROCESS), *overrides])
+    cfg = compose_cfg(tiny_overrides(*IN_PROCESS, *overrides))
     record = run_job(cfg, Job(tmp_path / "job", overrides, {}, None, None))
     assert record.status == "ok", record.error
     mismatched = record.metrics.eval_extra["mismatched"]
@@ -218,7 +218,7 @@ def test_stsb_reads_scores_and_trains_a_one_output_head(stsb: Path, tmp_path: Pa
     assert y.dtype == torch.float32 and y[:, 0].tolist() == pytest.approx([0, 0.8, 1.6, 2.4])
     assert (y[:, 1:] == IGNORE).all()
     overrides = ["task=glue", "task.name=stsb", f"task.path={stsb}", "task.n_val=2", "trainer.max_steps=2"]
-    cfg = compose_cfg([*tiny_overrides(*IN_PROCESS), *overrides])
+    cfg = compose_cfg(tiny_overrides(*IN_PROCESS, *overrides))
     record = run_job(cfg, Job(tmp_path / "job", overrides, {}, None, None))
     assert record.status == "ok", record.error
     score = record.metrics.eval["16"]

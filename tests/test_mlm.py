@@ -214,7 +214,7 @@ def test_a_tiny_mlm_run_learns_and_records_masked_token_accuracy(tmp_path: Path,
     from ablate.job import Job
     from ablate.run import run_job
 
-    overrides = tiny_overrides(*IN_PROCESS, "task=mlm", "task.batch_size=16", "task.seq_len=32",
+    overrides = tiny_overrides(*IN_PROCESS, "task=mlm", "task.batch_size=16", "task.seq_len=32", "task.n_test=256",
                                "trainer.max_steps=150", "optim.lr=1e-2", "eval.every=30")
     record = run_job(compose_cfg(overrides), Job(tmp_path / "job", overrides, {}, str(tmp_path), 0))
     assert record.status == "ok"
