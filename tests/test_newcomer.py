@@ -56,7 +56,8 @@ def test_plan_of_an_invalid_sweep_names_the_problem(tmp_path: Path) -> None:
 
 def test_smoke_shrinks_an_experiment_and_the_table_says_so(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    tiny = tiny_overrides("logger=none", without=["trainer"])  # no trainer.max_steps: --smoke sets the steps
+    # no trainer.max_steps nor held-out sizes: --smoke sets them
+    tiny = tiny_overrides("logger=none", without=["trainer", "task.n_val", "task.n_test"])
     out = run_cli(["--smoke", "-m", "experiment=init", *tiny, "seed=0,1,2", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     recs = records(sweep)
