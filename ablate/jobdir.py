@@ -12,6 +12,8 @@ from typing import Any, Iterable
 
 from ablate.sweep import override_key
 
+#: ``hydra.sweep.subdir`` as conf/config.yaml sets it: each job in the directory :func:`job_dir_name` names
+JOB_SUBDIR = "${ablate_job_dir:${hydra.overrides.task}}"
 READABLE_BYTES = 120     # a longer name is shortened (and gets the hash)
 VALUE_CHARS = 40         # a shortened name keeps the last this-many characters of a long value
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")

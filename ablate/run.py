@@ -86,9 +86,32 @@ def run_job(cfg: DictConfig, job: Job) -> Record:
         job.release()
 
 
+def nothing_to_do(cfg: DictConfig, job: Job) -> str | None:
+    """The line the job would print, and do nothing else, if it started now: it is done already (as
+    :func:`run_job` finds it) or another process is training it (its lock is held); None where it
+    would train. For a sweeper that would otherwise start a process only to hear this."""
+    if _finished(job, cfg, say=False) is not None:
+        return _done_line(job)
+    if lock_holder(job.dir) is not None:
+        return _elsewhere_line(job)
+    return None
+
+
 def _done_already(job: Job, cfg: DictConfig, say: bool = True) -> Record | None:
     """The job's record when it says ``ok`` for the same overrides (in any order): nothing to do. A
     pretraining whose weights for its fine-tunes are missing or corrupt is trained again (one line says why)."""
+    previous = _finished(job, cfg, say)
+    if previous is not None:
+        print(_done_line(job))
+    return previous
+
+
+def _done_line(job: Job) -> str:
+    return f"[ablate] {job.name}: already ok in {job.dir}, skipped"
+
+
+def _finished(job: Job, cfg: DictConfig, say: bool) -> Record | None:
+    """:func:`_done_already`'s record, without its line."""
     previous = read_record(job.dir)  # None for an implausible record too (ablate.record): not trusted, run again
     if previous is None or not previous.ok or job_signature(previous.overrides) != job_signature(job.overrides):
         return None
@@ -107,16 +130,19 @@ def _done_already(job: Job, cfg: DictConfig, say: bool = True) -> Record | None:
                 print(f"[ablate] {job.name}: finished, but from pretrained weights its pretraining has replaced since; "
                       "fine-tuning it again")
             return None
-    print(f"[ablate] {job.name}: already ok in {job.dir}, skipped")
     return previous
 
 
 def _running_elsewhere(job: Job) -> Record:
     """What a job that another process is training returns here: nothing is written."""
+    print(_elsewhere_line(job))
+    return Record(status="running", overrides=job.overrides, choices=job.choices, job=job.record_fields())
+
+
+def _elsewhere_line(job: Job) -> str:
     holder = lock_holder(job.dir)
     who = f"process {holder[0]}" if holder and holder[0] else "another process"
-    print(f"[ablate] {job.name}: being trained by {who} (it holds {job.dir / JOB_LOCK}); skipped here")
-    return Record(status="running", overrides=job.overrides, choices=job.choices, job=job.record_fields())
+    return f"[ablate] {job.name}: being trained by {who} (it holds {job.dir / JOB_LOCK}); skipped here"
 
 
 def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_started: float) -> Record:

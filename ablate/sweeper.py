@@ -22,7 +22,9 @@ joblib the launching process first stops its workers' running jobs (each records
 and not a callback: only a sweeper may launch jobs, only it sees the first stage end before the
 second starts (with every launcher), and its errors propagate (Hydra turns a callback's into a
 warning). A relaunch into the same directory resumes: finished jobs are skipped by the jobs
-themselves (``ablate.run``), so the tuning runs are not repeated and the same rates are chosen.
+themselves (``ablate.run``), so the tuning runs are not repeated and the same rates are chosen; a
+stage in which no job has anything to do (each done already, or being trained by another process)
+is not launched at all (:class:`_Stages`): no worker or job process starts only to say so.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     try:
         with _StopWorkers(sweep_dir, active=launcher in ("joblib", "submitit_local")), \
                 _JobLines(sweep_dir, active=launcher.startswith("submitit")):
-            return _run_stages(sweeper, plan, sweep_dir)
+            return _run_stages(sweeper, plan, sweep_dir, planner)
     except KeyboardInterrupt:
         _stopped("interrupted (Ctrl-C)", 130)
     except SystemExit as stop:
@@ -103,19 +105,20 @@ def _stopped(why: str, code: int) -> None:
     sys.exit(code)
 
 
-def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path) -> list[Any]:
+def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path, planner: Planner) -> list[Any]:
     """Launch the plan: a tuned sweep's tuning runs, the learning rates chosen, then its final runs;
     then a fine-tune stage's jobs."""
-    returns = [_launch(sweeper, plan.jobs, 0)]
+    stage = _Stages(sweeper, planner, sweep_dir)
+    returns = [stage.launch(plan.jobs, 0)]
     chosen = None
     if plan.tune is not None:
-        chosen = _tuned_stage(sweeper, plan, sweep_dir, returns)
+        chosen = _tuned_stage(stage, plan, sweep_dir, returns)
     if plan.finetune is not None:
-        _finetune_stage(sweeper, plan, sweep_dir, chosen, returns)
+        _finetune_stage(stage, plan, sweep_dir, chosen, returns)
     return returns
 
 
-def _finetune_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, chosen: dict[str, float] | None,
+def _finetune_stage(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, chosen: dict[str, float] | None,
                     returns: list[Any]) -> None:
     """After the pretraining: every fine-tune of a pretraining job that ended ok with its weights
     (``finetune_plan.finetune_stage``, the list --plan showed); the others wait for a relaunch, said in one line."""
@@ -137,7 +140,7 @@ def _finetune_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, chosen: dict
     if todo:
         print(f"[ablate] pretraining done; {len(todo)} fine-tune job(s) on {', '.join(plan.finetune.tasks)} "
               f"({plan.finetune.mode}, {plan.finetune.steps} steps each)", flush=True)
-        returns.append(_launch(sweeper, todo, len(first)))
+        returns.append(stage.launch(todo, len(first)))
 
 
 def _pretraining_problem(job_dir: Path) -> str | None:
@@ -147,7 +150,7 @@ def _pretraining_problem(job_dir: Path) -> str | None:
     return pretrained_problem(job_dir, record.finetune.sha256 if record.finetune else None)
 
 
-def _tuned_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, returns: list[Any]) -> dict[str, float]:
+def _tuned_stage(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, returns: list[Any]) -> dict[str, float]:
     """A tuned sweep's second stage: each variant's rate chosen on its tuning runs, then its final runs."""
     chosen, scores = choose_lr(load_records(sweep_dir), plan)
     first = list(plan.jobs)
@@ -158,7 +161,7 @@ def _tuned_stage(sweeper: Any, plan: SweepPlan, sweep_dir: Path, returns: list[A
     print("[ablate] learning rate chosen per variant on the validation split: "
           + "; ".join(f"{variant or 'defaults'}: {lr_text(lr)}" for variant, lr in chosen.items()))
     if todo:
-        returns.append(_launch(sweeper, todo, len(first)))
+        returns.append(stage.launch(todo, len(first)))
     return chosen
 
 
@@ -175,16 +178,48 @@ def _record(sweep_dir: Path, config: Any, plan: SweepPlan, planner: Planner, red
                          f"({type(error).__name__}: {error}); nothing was trained") from error
 
 
-def _launch(sweeper: Any, jobs: list[list[str]], first_index: int) -> Any:
-    """One stage through the configured launcher (``hydra.sweeper.max_batch_size`` splits it)."""
-    results: list[Any] = []
-    # No ``validate_batch_is_legal`` (the basic sweeper's composition of every job, one more per job
-    # before any starts): the planner has composed and validated each of them already.
-    for batch in sweeper.split_overrides_to_chunks(jobs, sweeper.max_batch_size):  # the basic sweeper's own
-        results += list(sweeper.launcher.launch(batch, initial_job_idx=first_index + len(results)))
-    for result in results:
-        _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)
-    return results
+class _Stages:
+    """Launches a sweep's stages through the configured launcher."""
+
+    def __init__(self, sweeper: Any, planner: Planner, sweep_dir: Path) -> None:
+        self.sweeper, self.planner, self.sweep_dir = sweeper, planner, sweep_dir
+
+    def launch(self, jobs: list[list[str]], first_index: int) -> list[Any]:
+        """One stage through the configured launcher (``hydra.sweeper.max_batch_size`` splits it).
+        A stage with nothing to do (every job done already or being trained by another process: a
+        relaunch of a finished sweep, the same command run twice) starts no job process, under any
+        launcher: each job's line is printed here, as the job would have printed it."""
+        idle = self.nothing_to_do(jobs)
+        if idle is not None:
+            print("\n".join(idle), flush=True)
+            return []
+        sweeper, results = self.sweeper, []
+        # No ``validate_batch_is_legal`` (the basic sweeper's composition of every job, one more per job
+        # before any starts): the planner has composed and validated each of them already.
+        for batch in sweeper.split_overrides_to_chunks(jobs, sweeper.max_batch_size):  # the basic sweeper's own
+            results += list(sweeper.launcher.launch(batch, initial_job_idx=first_index + len(results)))
+        for result in results:
+            _ = result.return_value  # raises for a job that raised (Hydra's basic sweeper does the same)
+        return results
+
+    def nothing_to_do(self, jobs: list[list[str]]) -> list[str] | None:
+        """Each job's line where none of ``jobs`` would train if it started now (``run.nothing_to_do``,
+        the job's own first check, in the directory Hydra gives it); None as soon as one would.
+        Only a whole stage is left out: a launcher numbers the jobs it is given from the first."""
+        from ablate.job import Job
+        from ablate.jobdir import JOB_SUBDIR, job_dir_name
+        from ablate.run import nothing_to_do
+
+        if OmegaConf.to_container(self.sweeper.config.hydra.sweep, resolve=False).get("subdir") != JOB_SUBDIR:
+            return None  # job directories named otherwise: each job finds its own
+        lines = []
+        for overrides in jobs:
+            job = Job(self.sweep_dir / job_dir_name(overrides), list(overrides), {}, str(self.sweep_dir), None)
+            line = nothing_to_do(self.planner.compose(list(overrides)), job)
+            if line is None:
+                return None
+            lines.append(line)
+        return lines or None
 
 
 class _JobLines:

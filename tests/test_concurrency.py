@@ -1,10 +1,11 @@
 """Two launches into one sweep directory, and stopping a joblib sweep: real `ablate` processes.
 
 One scenario, three launches of the same 2-job joblib sweep (2 workers), so that its processes are
-paid for once: the first trains both jobs; a second launch meanwhile finds both locked and trains
-nothing; SIGTERM to the first launching process stops its workers' jobs (records ``interrupted``,
-no worker left training); a relaunch resumes them, and Ctrl-C stops it with exit code 130 and no
-traceback.
+paid for once: the first trains both jobs; a second launch meanwhile finds both locked, trains
+nothing and starts no worker; SIGTERM to the first launching process stops its workers' jobs
+(records ``interrupted``, no worker left training); a relaunch resumes them, and Ctrl-C stops it
+with exit code 130 and no traceback. A job that starts while another process trains it (two
+launches at once) finds that for itself: in process, the one test here not marked slow.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import records, run_cli, start_cli
 
-from ablate.job import lock_holder
-
-pytestmark = pytest.mark.slow  # real `ablate` processes
+from ablate.job import Job, lock_holder
 
 
 def _processes_in(where: Path) -> list[int]:
@@ -68,6 +67,7 @@ def workdir(tmp_path: Path):
             pass
 
 
+@pytest.mark.slow  # real `ablate` processes
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds processes through /proc (Linux)")
 def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir: Path, tiny: list[str]) -> None:
@@ -79,11 +79,13 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     _wait(lambda: len(list(sweep.glob("*/metrics.csv"))) == 2 or first.poll() is not None, 240, "two jobs training")
     running = {d: lock_holder(d) for d in sweep.glob("*seed=*")}
 
-    # the same command again, while they train: both jobs are skipped, none is trained twice
+    # the same command again, while they train: both jobs are skipped, none is trained twice, and
+    # no worker is started only to find that out (the sweeper sees both locks; joblib is not called)
     second = run_cli(args, workdir, timeout=180)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("being trained by process") == 2, second.stdout[-3000:]
     assert "2 job(s) of this sweep are being trained by another process" in second.stdout
+    assert "Launching jobs" not in second.stdout + second.stderr, second.stdout[-3000:]
     assert records(sweep) == [] and {d: lock_holder(d) for d in running} == running
 
     os.kill(first.pid, signal.SIGTERM)  # the launching process only, as `kill PID` does
@@ -123,6 +125,7 @@ def _processes_of(sweep: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="finds processes through /proc (Linux)")
 def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list[str]) -> None:
@@ -146,6 +149,7 @@ def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_sweeps_started_into_one_directory_at_once_one_is_refused(workdir: Path, tiny: list[str]) -> None:
     """Two sweeps of other jobs started together into one directory: one records its plan and trains,
@@ -161,3 +165,28 @@ def test_two_sweeps_started_into_one_directory_at_once_one_is_refused(workdir: P
     assert "holds another sweep" in lost and "Traceback" not in lost, lost[-2000:]
     seed = json.loads((sweep / "sweep.json").read_text())["definition"][0]
     assert [r["overrides"] for r in records(sweep)] == [seed]  # the winner's one job, nothing of the other's
+
+
+def test_a_job_that_another_process_trains_finds_it_for_itself(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The sweeper starts no process for a stage whose every job another process trains (above); a
+    job that starts anyway (two launches at once; a stage with other jobs to run) checks its lock
+    itself (``Job.claim``, an flock: a second open file of it is refused, in one process too): it
+    trains nothing, writes nothing, and names the process that holds it."""
+    from ablate.compose import compose, tiny_overrides
+    from ablate.run import nothing_to_do, run_job
+
+    cfg = compose(tiny_overrides("logger=none"))
+    job_dir = tmp_path / "job"
+    training = Job(job_dir, ["seed=0"], {}, None, None)
+    assert nothing_to_do(cfg, training) is None  # no record, no lock: it would train
+    assert training.claim()
+    try:
+        again = Job(job_dir, ["seed=0"], {}, None, None)
+        said = f"being trained by process {os.getpid()} (it holds {job_dir / '.job.lock'}); skipped here"
+        assert said in (nothing_to_do(cfg, again) or "")  # what the sweeper prints for it
+        record = run_job(cfg, again)
+        assert record.status == "running" and not (job_dir / "result.json").exists(), record
+        assert said in capsys.readouterr().out
+    finally:
+        training.release()
+    assert nothing_to_do(cfg, Job(job_dir, ["seed=0"], {}, None, None)) is None  # released: it would train
