@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -178,17 +179,19 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+@functools.cache
 def default_option(group: str) -> str:
-    """The option of ``group`` that config.yaml's defaults list chooses."""
+    """The option of ``group`` that config.yaml's defaults list chooses (read once: each option's row asks)."""
     defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
     return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
 
 
-def few_held_out(task: str) -> list[str]:
+@functools.cache
+def few_held_out(task: str) -> tuple[str, ...]:
     """Dry run: 4 validation and test windows of ``task`` (the keys it has), not smoke's 64: the
     evaluation's plumbing runs, in a few batches."""
     node = OmegaConf.load(CONF_DIR / "task" / f"{task}.yaml")
-    return [f"task.{key}=4" for key in ("n_val", "n_test") if key in node]
+    return tuple(f"task.{key}=4" for key in ("n_val", "n_test") if key in node)
 
 
 def mib(n: float | None) -> str:
