@@ -16,8 +16,6 @@ config keys, which tab completion offers too:
 
 from __future__ import annotations
 
-import atexit
-import gc
 import logging
 import os
 import signal
@@ -35,21 +33,6 @@ from ablate.settings import optimized_value
 
 register_resolvers()  # joblib/submitit job processes get them with Hydra's state
 
-
-def quick_teardown() -> None:
-    """At exit: collect the garbage once (its finalizers run, as the interpreter's teardown would
-    run them), then freeze every live object out of the cyclic collector. The teardown that follows
-    the atexit hooks collects several times over all the objects torch, Lightning and Hydra made
-    (~400k): about 1.5 CPU-seconds per process, spent before the process's resources (a SLURM job's
-    CPUs, a terminal) are free. Frozen, they are skipped; the operating system takes the memory back."""
-    gc.collect()
-    gc.freeze()
-
-
-# Registered at import, before the hooks of what a run starts later (wandb, Lightning), so it runs
-# after them: in `ablate`, and in every job process (joblib, submitit), which imports this module
-# for the task function.
-atexit.register(quick_teardown)
 
 #: ablate's own flags -> what each stands for (``ablate --help`` prints this)
 FLAGS = {

@@ -108,13 +108,13 @@ def test_ablate_bench_times_every_variant_interleaved(tmp_path: Path, tiny: list
 
 
 def test_the_exit_hook_finalizes_the_garbage_then_freezes_the_rest() -> None:
-    """ablate.cli.quick_teardown, the atexit hook of every process that imports ablate.cli (`ablate`, its
-    job processes; tests/test_configs.py sees it run there): garbage from before the exit is still
+    """ablate.job.quick_teardown, the atexit hook of every process that imports ablate.job (`ablate`, its
+    job processes; tests/test_configs.py sees it run in `ablate`): garbage from before the exit is still
     finalized, then the live objects are frozen out of the interpreter's own teardown (its repeated
     collections over them took ~1.5 CPU-s a process)."""
     import gc
 
-    from ablate.cli import quick_teardown
+    from ablate.job import quick_teardown
 
     finalized = []
 

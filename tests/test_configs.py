@@ -147,7 +147,7 @@ def test_lightnings_verdict_on_a_trainer_node_is_remembered_and_a_refusal_never_
 def test_a_refused_config_never_imports_lightning(tmp_path: Path) -> None:
     """Lightning's import takes seconds: ``ablate`` refusing a model key does without it once the
     trainer node's verdict is known (here: from the run before it). (And either process ends through
-    ablate.cli.quick_teardown: its objects frozen out of the interpreter's teardown.)"""
+    ablate.job.quick_teardown: its objects frozen out of the interpreter's teardown.)"""
     script = ("import atexit, gc, sys; atexit.register(lambda: print('LIGHTNING', 'pytorch_lightning' in sys.modules, "
               "'FROZEN', gc.get_freeze_count() > 0)); "
               "from ablate.cli import main; sys.argv = ['ablate', *sys.argv[1:]]; main()")
