@@ -8,12 +8,15 @@ threads and, under submitit's local executor, the machine's job slot it holds wh
 One process trains a job at a time: rank 0 holds an ``flock`` on the job directory's
 :data:`JOB_LOCK` for the job's whole life (:meth:`Job.claim`), so a second launch into the same
 directory skips a job that is training elsewhere instead of training it again. A joblib worker
-stops (SIGTERM) when the process that launched it dies (:func:`stop_with_launcher`).
+stops (SIGTERM) when the process that launched it dies (:func:`stop_with_launcher`). A process
+that imports this module ends through :func:`quick_teardown`.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import os
 import signal
 import time
@@ -27,6 +30,24 @@ from ablate.config import CONFIG_GROUPS
 from ablate.launchers import launcher_kind, sweeper_kind
 from ablate.record import JobEntry
 from ablate.sweep import SweepPlan, job_variant, override_key
+
+
+def quick_teardown() -> None:
+    """At exit: collect the garbage once (its finalizers run, as the interpreter's teardown would
+    run them), then freeze every live object out of the cyclic collector. The teardown that follows
+    the atexit hooks collects several times over all the objects torch, Lightning and Hydra made
+    (~400k): about 1.5 CPU-seconds per process, spent before the process's resources (a SLURM job's
+    CPUs, a joblib worker's core, the terminal) are free. Frozen, they are skipped; the operating
+    system takes the memory back."""
+    gc.collect()
+    gc.freeze()
+
+
+# Registered at import, so before the hooks of what a job starts later (wandb, Lightning), which
+# run first: in `ablate` (its sweeper or single run imports this module) and in every job process
+# (joblib, submitit), where the task function imports it. (Not in ablate.cli: a job process gets
+# the task function by value and never imports that module.)
+atexit.register(quick_teardown)
 
 #: the lock file in a job directory, held by the process training the job (its pid, then its parent's)
 JOB_LOCK = ".job.lock"

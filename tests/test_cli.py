@@ -107,3 +107,30 @@ def test_ablate_bench_times_every_variant_interleaved(tmp_path: Path, tiny: list
         s = v["tokens_per_s"]
         assert 0 < s["min"] <= s["median"] <= s["max"] and v["timed_steps"] == 3 * 5
     assert "1.000x" in out.stdout  # the baseline's own ratio
+
+
+def test_the_exit_hook_finalizes_the_garbage_then_freezes_the_rest() -> None:
+    """ablate.job.quick_teardown, the atexit hook of every process that imports ablate.job (`ablate`, its
+    job processes; tests/test_configs.py sees it run in `ablate`): garbage from before the exit is still
+    finalized, then the live objects are frozen out of the interpreter's own teardown (its repeated
+    collections over them took ~1.5 CPU-s a process)."""
+    import gc
+
+    from ablate.job import quick_teardown
+
+    finalized = []
+
+    class Garbage:
+        def __del__(self) -> None:
+            finalized.append(self)
+
+    gc.disable()  # no automatic collection: only the hook's finds the cycle
+    try:
+        a, b = Garbage(), Garbage()
+        a.other, b.other = b, a
+        del a, b
+        quick_teardown()
+        assert len(finalized) == 2 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()

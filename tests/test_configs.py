@@ -146,8 +146,10 @@ def test_lightnings_verdict_on_a_trainer_node_is_remembered_and_a_refusal_never_
 @pytest.mark.slow  # a process of its own: this one has imported Lightning long ago
 def test_a_refused_config_never_imports_lightning(tmp_path: Path) -> None:
     """Lightning's import takes seconds: ``ablate`` refusing a model key does without it once the
-    trainer node's verdict is known (here: from the run before it)."""
-    script = ("import atexit, sys; atexit.register(lambda: print('LIGHTNING', 'pytorch_lightning' in sys.modules)); "
+    trainer node's verdict is known (here: from the run before it). (And either process ends through
+    ablate.job.quick_teardown: its objects frozen out of the interpreter's teardown.)"""
+    script = ("import atexit, gc, sys; atexit.register(lambda: print('LIGHTNING', 'pytorch_lightning' in sys.modules, "
+              "'FROZEN', gc.get_freeze_count() > 0)); "
               "from ablate.cli import main; sys.argv = ['ablate', *sys.argv[1:]]; main()")
     env = {**cli_env(), "ABLATE_CACHE_DIR": str(tmp_path / "cache")}
     tiny = tiny_overrides("trainer.max_steps=2", "logger=none")
@@ -156,7 +158,7 @@ def test_a_refused_config_never_imports_lightning(tmp_path: Path) -> None:
                              capture_output=True, timeout=240)
         assert out.returncode == code, out.stderr[-2000:]
         # the first run trains (Lightning imported); the second only checks
-        assert out.stdout.strip().endswith(f"LIGHTNING {trains}"), (args, out.stdout[-500:])
+        assert out.stdout.strip().endswith(f"LIGHTNING {trains} FROZEN True"), (args, out.stdout[-500:])
 
 
 # ------------------------------------------------------------------ the model node, one default per key
