@@ -26,6 +26,8 @@ tests), and cached.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -56,12 +58,54 @@ class SweepError(Exception):
     """A sweep that cannot run, found before anything trained; the message says why."""
 
 
-def launcher_compose(config: DictConfig) -> Compose:
-    """A job's config as the launcher will compose it (Hydra's ``load_sweep_config``), without its
-    ``hydra`` node, shrunk to a smoke test when ``smoke=true``: what the job itself will validate."""
-    from hydra.core.global_hydra import GlobalHydra
+class ComposedOnce:
+    """Hydra's config loader, composing each job once (``load_sweep_config``): the plan composes
+    every job to validate it, and the launcher composes the same job again to run it; in the
+    launching process (``hydra/launcher=basic``) the launcher is handed the plan's composition
+    instead (one composition costs ~0.25 CPU-s). The planner keeps its own copy (without the
+    ``hydra`` node), so the launcher may change the one it is handed. A job process of another
+    launcher (joblib, submitit) gets the loader without what it holds and composes its job itself."""
 
-    loader = GlobalHydra.instance().config_loader()
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._composed: dict[tuple[int, tuple[str, ...]], DictConfig] = {}
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        key = (id(master_config), tuple(sweep_overrides))
+        composed = self._composed.pop(key, None)  # handed over once: a second request composes anew
+        if composed is None:
+            composed = self._loader.load_sweep_config(master_config, list(sweep_overrides))
+            self._composed[key] = composed
+            return copy.deepcopy(composed)  # the first request's (the plan's): the launcher's is kept
+        return composed
+
+    def __getattr__(self, name: str) -> Any:  # the rest of Hydra's ConfigLoader, unchanged
+        return getattr(self.__dict__["_loader"], name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_loader": self._loader, "_composed": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+def share_compositions(launcher: Any) -> ComposedOnce:
+    """``launcher``'s config loader (every Hydra launcher holds its ``hydra_context``), replaced by
+    one that remembers what it composed: planning and launching a job compose it once."""
+    context = launcher.hydra_context
+    if not isinstance(context.config_loader, ComposedOnce):
+        launcher.hydra_context = dataclasses.replace(context, config_loader=ComposedOnce(context.config_loader))
+    return launcher.hydra_context.config_loader
+
+
+def launcher_compose(config: DictConfig, loader: Any = None) -> Compose:
+    """A job's config as the launcher will compose it (Hydra's ``load_sweep_config``, through
+    ``loader``: Hydra's own by default), without its ``hydra`` node, shrunk to a smoke test when
+    ``smoke=true``: what the job itself will validate."""
+    if loader is None:
+        from hydra.core.global_hydra import GlobalHydra
+
+        loader = GlobalHydra.instance().config_loader()
 
     def compose(overrides: list[str]) -> DictConfig:
         cfg = loader.load_sweep_config(config, list(overrides))

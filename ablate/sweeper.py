@@ -44,7 +44,7 @@ from ablate.launchers import launcher_kind
 from ablate.loggers import uses_wandb
 from ablate.finetune import from_job, pretrained_problem
 from ablate.finetune_plan import finetune_stage
-from ablate.planner import Planner, SweepError, launcher_compose
+from ablate.planner import Planner, SweepError, launcher_compose, share_compositions
 from ablate.tuning import choose_lr, final_stage, lr_text
 from ablate.record import load_records, read_record
 from ablate.stops import STOP_SIGNALS, SignalHandlers
@@ -55,7 +55,8 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     """``Sweeper.sweep`` of ``hydra/sweeper=ablate`` (``hydra_plugins.ablate_sweeper``)."""
     config = sweeper.config
     sweep_dir = Path(config.hydra.sweep.dir)
-    planner = Planner(config, launcher_compose(config), arguments=list(arguments))
+    planner = Planner(config, launcher_compose(config, share_compositions(sweeper.launcher)),
+                      arguments=list(arguments))
     try:
         plan = planner.plan()
         if sweeper.plan:

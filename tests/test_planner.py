@@ -553,3 +553,43 @@ def test_a_relaunch_of_the_same_sweep_claims_its_directory_again(tmp_path: Path)
         p.claim_directory(tmp_path, plan)
     p.claim_directory(tmp_path, plan, redefine=True)
     assert SweepPlan.read(tmp_path) == plan
+
+
+def test_the_launcher_is_handed_the_plans_composition_of_each_job_not_a_second_one() -> None:
+    """``ComposedOnce`` around Hydra's own loader: the plan's composition of a job is what the basic
+    launcher runs (one composition, not two); what the launcher changes in it is its own; a job asked
+    for again (a relaunch) is composed anew; a job process of another launcher gets none of it."""
+    import pickle
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ablate.compose import hydra_initialized
+    from ablate.planner import ComposedOnce
+
+    with hydra_initialized():
+        hydra_loader = GlobalHydra.instance().config_loader()
+        master = compose_cfg(["seed=0"], hydra_config=True)
+        composed: list[list[str]] = []
+
+        class Counted:  # Hydra's loader, its compositions counted
+            def load_sweep_config(self, master_config: DictConfig, overrides: list[str]) -> DictConfig:
+                composed.append(list(overrides))
+                return hydra_loader.load_sweep_config(master_config, overrides)
+
+        once = ComposedOnce(Counted())
+        job = ["model.d_model=24", "seed=1"]
+        planned = once.load_sweep_config(master, job)
+        launched = once.load_sweep_config(master, job)
+        assert composed == [job]
+        assert launched is not planned
+        assert OmegaConf.to_container(launched) == OmegaConf.to_container(planned)
+        assert launched.model.d_model == 24 and launched.seed == 1
+        launched.model.d_model = 8  # the launcher's copy is its own
+        assert planned.model.d_model == 24
+        assert once.load_sweep_config(master, job).model.d_model == 24 and composed == [job, job]
+
+        shipped = ComposedOnce(hydra_loader)
+        shipped.load_sweep_config(master, job)
+        received = pickle.loads(pickle.dumps(shipped))  # what joblib and submitit send a job process
+        assert received._composed == {}
+        assert [str(s) for s in received.get_sources()] == [str(s) for s in hydra_loader.get_sources()]
