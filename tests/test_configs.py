@@ -199,3 +199,36 @@ BUILT = [
 def test_composed_config_builds_the_model_it_always_did(overrides: list[str], n_params: int, n_entries: int) -> None:
     model = build_model(compose_cfg(overrides), 256, 256, 64)
     assert (model.num_params(), len(model.state_dict())) == (n_params, n_entries)
+
+
+def test_a_composition_asked_for_again_is_a_copy_the_caller_may_change(tmp_path: Path, monkeypatch) -> None:
+    """``ablate.compose.compose`` composes a config once per overrides, working directory and state of
+    the config files; each caller gets its own copy; a config file changed since is composed anew."""
+    import os
+
+    from ablate import compose as composing
+    from ablate.paths import CONF_DIR
+
+    from collections import OrderedDict
+
+    monkeypatch.setattr(composing, "_composed", OrderedDict())  # this test's compositions only
+    overrides = ["model.d_model=24", "seed=3"]
+    first = compose_cfg(overrides)
+    again = compose_cfg(overrides)
+    assert again is not first and OmegaConf.to_container(again) == OmegaConf.to_container(first)
+    first.model.d_model = 8  # a caller's change stays its own
+    assert compose_cfg(overrides).model.d_model == 24
+    assert len(composing._composed) == 1
+
+    monkeypatch.chdir(tmp_path)  # another working directory: Hydra's runtime node says so
+    here = compose_cfg(overrides, hydra_config=True)
+    assert here.hydra.runtime.cwd == str(tmp_path) and len(composing._composed) == 2
+
+    option = CONF_DIR / "ffn" / "gelu.yaml"  # touched, unchanged: a composition made before is not used
+    stat = option.stat()
+    try:
+        os.utime(option, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        compose_cfg(overrides)
+        assert len(composing._composed) == 3
+    finally:
+        os.utime(option, ns=(stat.st_atime_ns, stat.st_mtime_ns))
