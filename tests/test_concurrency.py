@@ -93,8 +93,8 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "stopped by SIGTERM" in err and "Relaunch the same command" in err, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    time.sleep(2)  # an orphaned worker would go on training
-    assert _processes_in(workdir) == [], "no worker goes on training after its sweep was stopped"
+    # an orphaned worker would go on training: none is left once the workers have exited
+    _wait(lambda: _processes_in(workdir) == [], 15, "no worker going on training after its sweep was stopped")
     recs = records(sweep)
     assert [r["status"] for r in recs] == ["interrupted", "interrupted"], [r["error"] for r in recs]
     assert all("checkpoint saved" in r["error"] for r in recs)
@@ -109,8 +109,7 @@ def test_one_process_per_job_and_a_stopped_joblib_sweep_leaves_no_worker(workdir
     assert "interrupted (Ctrl-C)" in err and "Traceback" not in err, err[-3000:]
     recs = [json.loads((d / "result.json").read_text()) for d in running]
     assert all(r["status"] == "interrupted" and r["metrics"]["resumed_from_step"] > 0 for r in recs), recs
-    time.sleep(1)
-    assert _processes_in(workdir) == []
+    _wait(lambda: _processes_in(workdir) == [], 15, "no worker left after Ctrl-C")
 
 
 def _processes_of(sweep: Path) -> list[int]:
@@ -140,8 +139,8 @@ def test_a_stopped_submitit_local_sweep_stops_its_jobs(workdir: Path, tiny: list
         out, err = first.communicate(timeout=120)
         assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
         assert "Traceback" not in err, err[-3000:]
-        time.sleep(2)  # an orphaned job would go on training
-        assert _processes_of(sweep) == [], "no job goes on training after its sweep was stopped"
+        # an orphaned job would go on training: none is left once the jobs have exited
+        _wait(lambda: _processes_of(sweep) == [], 15, "no job going on training after its sweep was stopped")
         recs = records(sweep)
         assert [r["status"] for r in recs] == ["interrupted", "interrupted"], [r["error"] for r in recs]
     finally:
