@@ -33,7 +33,6 @@ from ablate.settings import optimized_value
 
 register_resolvers()  # joblib/submitit job processes get them with Hydra's state
 
-
 #: ablate's own flags -> what each stands for (``ablate --help`` prints this)
 FLAGS = {
     "--list": "every option of every group (with yours from --config-dir), with the paper each cites; runs nothing",

@@ -63,8 +63,9 @@ class ComposedOnce:
     every job to validate it, and the launcher composes the same job again to run it; in the
     launching process (``hydra/launcher=basic``) the launcher is handed the plan's composition
     instead (one composition costs ~0.25 CPU-s). The planner keeps its own copy (without the
-    ``hydra`` node), so the launcher may change the one it is handed. A job process of another
-    launcher (joblib, submitit) gets the loader without what it holds and composes its job itself."""
+    ``hydra`` node), so the launcher may change the one it is handed. The other launchers compose in
+    their job processes, so the sweeper uses this for the basic launcher only (a pickled copy holds
+    nothing)."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader

@@ -55,8 +55,10 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
     """``Sweeper.sweep`` of ``hydra/sweeper=ablate`` (``hydra_plugins.ablate_sweeper``)."""
     config = sweeper.config
     sweep_dir = Path(config.hydra.sweep.dir)
-    planner = Planner(config, launcher_compose(config, share_compositions(sweeper.launcher)),
-                      arguments=list(arguments))
+    launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
+    # the basic launcher composes each job in this process: it is handed the plan's composition
+    loader = share_compositions(sweeper.launcher) if launcher == "basic" else None
+    planner = Planner(config, launcher_compose(config, loader), arguments=list(arguments))
     try:
         plan = planner.plan()
         if sweeper.plan:
@@ -79,7 +81,6 @@ def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
         estimate.write(sweep_dir)  # the jobs check their steps against it (ablate.pace)
     else:
         SweepEstimate.clear(sweep_dir)
-    launcher = launcher_kind(str(config.hydra.launcher.get("_target_", "")))
     if uses_wandb(config.logger) and launcher in ("joblib", "submitit_local"):
         from ablate.tracking import share_service
 

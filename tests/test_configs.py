@@ -205,11 +205,10 @@ def test_a_composition_asked_for_again_is_a_copy_the_caller_may_change(tmp_path:
     """``ablate.compose.compose`` composes a config once per overrides, working directory and state of
     the config files; each caller gets its own copy; a config file changed since is composed anew."""
     import os
+    from collections import OrderedDict
 
     from ablate import compose as composing
     from ablate.paths import CONF_DIR
-
-    from collections import OrderedDict
 
     monkeypatch.setattr(composing, "_composed", OrderedDict())  # this test's compositions only
     overrides = ["model.d_model=24", "seed=3"]
