@@ -110,12 +110,18 @@ class Plan:
     timed: int
 
 
+#: the dry run's compiled model: the tiny config's model and batches (ablate.compose.TINY), whose kernels a
+#: compile on this machine (the test suite's, through the CLI) has left in inductor's on-disk cache: the
+#: compile's first step then takes a second or two, not twenty
+DRY_COMPILE = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.seq_len=64", "task.batch_size=8"]
+
+
 def make_plan(dry: bool) -> Plan:
     if dry:
         return Plan(dry=True, device="cpu", trainer="cpu",
                     option_shape=["model.d_model=16", "model.n_heads=2", "model.n_layers=1", "task.batch_size=4"],
                     option_steps=2, flex_shape=(32, 4, 1), flex_eq=(2, 32), flex_speed=(0, 0),
-                    compile_shape=["model.d_model=16", "model.n_heads=2", "model.n_layers=1"], size="xs", seq_len=32, batch_size=4, warmup=1, timed=2)
+                    compile_shape=DRY_COMPILE, size="xs", seq_len=32, batch_size=4, warmup=1, timed=2)
     return Plan(dry=False, device="cuda", trainer="gpu",
                 option_shape=["model.d_model=64", "model.n_heads=4", "model.n_layers=2", "task.batch_size=16"],
                 option_steps=4, flex_shape=(512, 8, 2), flex_eq=(2, 256), flex_speed=(8, 2048),
@@ -241,9 +247,9 @@ def timed_steps(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.
 
 
 def lm_overrides(plan: Plan, shape: list[str], extra: list[str] = ()) -> list[str]:
-    return [f"trainer={plan.trainer}", "logger=none", "task=lm", *shape,
-            f"task.seq_len={plan.seq_len}", f"task.batch_size={plan.batch_size}", "task.n_val=32",
-            "task.n_test=32", "trainer.enable_progress_bar=false", *extra]
+    return [f"trainer={plan.trainer}", "logger=none", "task=lm", f"task.seq_len={plan.seq_len}",
+            f"task.batch_size={plan.batch_size}", *shape, "task.n_val=32", "task.n_test=32",
+            "trainer.enable_progress_bar=false", *extra]  # a shape's own length and batch win
 
 
 def lm_batches(cfg: Any, plan: Plan, n: int) -> tuple[Any, torch.nn.Module, list]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 from conftest import REPO, cli_env, compose_cfg, records, run_cli
 from test_model import VOCAB, make_cfg
 
+from ablate.compose import TINY
 from ablate.config import ConfigError, validate
 from ablate.data import build_task
 from ablate.model import SIZES, assemble, build_model
@@ -47,7 +49,8 @@ def result(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 def test_compiled_run_through_the_cli_trains_like_the_eager_one(tmp_path: Path, tiny: list[str]) -> None:
-    # both runs in one process (a two-job sweep): one interpreter start, not two
+    # both runs in one process (a two-job sweep): one interpreter start, not two. Its compiled kernels stay
+    # in inductor's on-disk cache, where the dry run below finds them (the test after this one)
     out = run_cli(["-m", *tiny, "logger=none", "model.compile=false,true", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                   tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -228,6 +231,27 @@ def test_size_xs_trains_through_the_cli(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------- gpu_check.sh
+
+def _gpu_check():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_dry_runs_compiled_model_and_batches_are_the_tiny_configs() -> None:
+    """So that the dry run's compile finds the kernels of the compile test's (inductor's cache): the
+    same model node, sequence length and batch size as the tiny config (ablate.compose.TINY)."""
+    script = _gpu_check()
+    plan = script.make_plan(dry=True)
+    dry = compose_cfg(script.lm_overrides(plan, plan.compile_shape, ["model.compile=true"]))
+    tiny = compose_cfg([*TINY, "logger=none", "model.compile=true"])
+    assert dry.model == tiny.model and dry.task.name == tiny.task.name
+    assert (dry.task.seq_len, dry.task.batch_size) == (tiny.task.seq_len, tiny.task.batch_size)
+
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_prints_the_table_with_every_section_and_option(tmp_path: Path) -> None:
