@@ -63,33 +63,38 @@ _warm: WarmCli | None = None  # this test process's warm interpreter (tests/warm
 
 
 def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str, str] | None = None,
-            timeout: float = 240, cold: bool = False) -> subprocess.CompletedProcess:
+            timeout: float = 240, cold: bool = False, cpus: list[int] | None = None) -> subprocess.CompletedProcess:
     """Run a console script of this package (as a user would) and capture its output: a process forked
     from a warm interpreter (tests/warm.py: the same entry point, without the seconds of imports), or
     with ``cold=True`` (or ``ABLATE_TESTS_COLD=1`` for every call) the console script itself started by
-    ``subprocess``."""
+    ``subprocess``. ``cpus``: on those cores only (as ``taskset -c``)."""
     if cold or os.environ.get("ABLATE_TESTS_COLD") == "1":
         return subprocess.run([str(BIN / script), *args], cwd=cwd, env=env or cli_env(), text=True,
-                              capture_output=True, timeout=timeout)
-    return _warm_cli().run(script, args, cwd, env or cli_env(), timeout)
+                              capture_output=True, timeout=timeout,
+                              preexec_fn=cpus and (lambda: os.sched_setaffinity(0, cpus)))
+    return _warm_cli().run(script, args, cwd, env or cli_env(), timeout, cpus=cpus)
 
 
 def start_cli(args: list[str], cwd: Path, *, env: dict[str, str] | None = None, nice: int = 0,
-              umask: int | None = None, cold: bool = False) -> WarmProcess | subprocess.Popen:
+              umask: int | None = None, cold: bool = False, cpus: list[int] | None = None,
+              ) -> WarmProcess | subprocess.Popen:
     """Start ``ablate args`` from the warm interpreter without waiting: a :class:`subprocess.Popen`-like
     process in its own session (a terminal job: a test may stop it, or Ctrl-C its process group),
-    stdout and stderr read by ``communicate``; ``nice``: at a lower CPU priority (its workers inherit it).
-    ``cold=True`` (or ``ABLATE_TESTS_COLD=1``): the console script itself, started by ``subprocess`` the
-    same way (its command line then names its arguments, as ``/proc`` shows them)."""
+    stdout and stderr read by ``communicate``; ``nice``: at a lower CPU priority (its workers inherit it);
+    ``cpus``: on those cores only (as ``taskset -c``). ``cold=True`` (or ``ABLATE_TESTS_COLD=1``): the
+    console script itself, started by ``subprocess`` the same way (its command line then names its
+    arguments, as ``/proc`` shows them)."""
     if cold or os.environ.get("ABLATE_TESTS_COLD") == "1":
         def preexec() -> None:
             as_a_terminal_job()
             os.nice(nice)
+            if cpus:
+                os.sched_setaffinity(0, cpus)
 
         return subprocess.Popen([str(BIN / "ablate"), *args], cwd=cwd, env=env or cli_env(), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=preexec, umask=-1 if umask is None else umask)
-    return _warm_cli().popen("ablate", args, cwd, env or cli_env(), nice=nice, umask=umask)
+    return _warm_cli().popen("ablate", args, cwd, env or cli_env(), nice=nice, umask=umask, cpus=cpus)
 
 
 def _warm_cli() -> WarmCli:

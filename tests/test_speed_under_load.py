@@ -1,7 +1,7 @@
 """A speed column under a real CPU hog (docs/measurements.md, "Speed on a shared machine").
 
-A sweep of two variants that cost the same (two learning rates), pinned to one core with
-``taskset``, runs once quietly (its records give the next sweep's estimate), then again into
+A sweep of two variants that cost the same (two learning rates), pinned to one core (its process's
+affinity, as ``taskset -c`` sets it), runs once quietly (its records give the next sweep's estimate), then again into
 another directory while two busy-looping processes pinned to the same core run during the second
 variant's job only. That variant's steps then get about a third of the core: its runs' own speed is
 marked as timed under another load, and the sweep's end re-times the two interleaved so that the
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, cli_env, records
+from conftest import cli_env, records, run_cli, start_cli
 
 from ablate.compose import tiny_overrides
 from ablate.report import build_table
@@ -39,18 +39,17 @@ pytestmark = [pytest.mark.slow,
 
 def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    core = str(min(os.sched_getaffinity(0)))
+    core = min(os.sched_getaffinity(0))
     env = cli_env(ABLATE_CACHE_DIR=str(tmp_path / "cache"))  # this test's step times only
     common = ["-m", "optim.lr=1e-3,2e-3", "seed=0", *tiny_overrides("logger=none", "trainer.max_steps=300",
                                                                     "measure.retime=auto"),
               "eval.every=0", "measure.memory=false"]
-    quiet = subprocess.run(["taskset", "-c", core, str(BIN / "ablate"), *common, f"hydra.sweep.dir={tmp_path / 'quiet'}"],
-                           cwd=tmp_path, env=env, text=True, capture_output=True, timeout=240)
+    # both sweeps on that one core (the warm processes' affinity: what `taskset -c CORE ablate ...` gives)
+    quiet = run_cli([*common, f"hydra.sweep.dir={tmp_path / 'quiet'}"], tmp_path, env=env, cpus=[core])
     assert quiet.returncode == 0 and "than estimated" not in quiet.stdout, quiet.stderr[-3000:]
     sweep = tmp_path / "sweep"
     args = [*common, f"hydra.sweep.dir={sweep}"]
-    run = subprocess.Popen(["taskset", "-c", core, str(BIN / "ablate"), *args], cwd=tmp_path, env=env,
-                           text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = start_cli(args, tmp_path, env=env, cpus=[core])
     hogs: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + 180
@@ -59,7 +58,7 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
             time.sleep(0.05)
         # two hogs: the job keeps at most a third of the core, a clear step back even where the quiet
         # sweep itself shared the core with another process of a busy test run
-        hogs = [subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        hogs = [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         out, err = run.communicate(timeout=240)
     finally:
         for process in (*hogs, run):

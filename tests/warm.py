@@ -79,6 +79,8 @@ def _become(request: dict) -> None:
     os.setsid()
     if request.get("nice"):
         os.nice(request["nice"])
+    if request.get("cpus"):
+        os.sched_setaffinity(0, request["cpus"])  # as ``taskset -c`` would start it
     if request.get("umask") is not None:
         os.umask(request["umask"])
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGHUP):
@@ -184,9 +186,9 @@ class WarmCli:
             time.sleep(0.05)
 
     def popen(self, script: str, args: list[str], cwd: Path, env: dict[str, str], *, nice: int = 0,
-              umask: int | None = None) -> WarmProcess:
+              umask: int | None = None, cpus: list[int] | None = None) -> WarmProcess:
         """Start ``script args`` in its own session (as ``start_new_session=True``, SIGINT at its default:
-        a terminal job), at ``nice`` and ``umask`` where given."""
+        a terminal job), at ``nice`` and ``umask`` where given, on the cores ``cpus`` (its affinity)."""
         self._start()
         out = Path(tempfile.mkstemp(dir=self._dir, suffix=".out")[1])
         err = Path(tempfile.mkstemp(dir=self._dir, suffix=".err")[1])
@@ -194,7 +196,7 @@ class WarmCli:
         conn.connect(self._socket)
         request = {"script": script, "argv0": str(self.bin_dir / script), "args": [str(a) for a in args],
                    "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err), "nice": nice,
-                   "umask": umask}
+                   "umask": umask, "cpus": cpus}
         conn.sendall((json.dumps(request) + "\n").encode())
         return WarmProcess(conn, out, err, [request["argv0"], *request["args"]])
 
