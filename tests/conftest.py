@@ -71,7 +71,7 @@ def run_cli(args: list[str], cwd: Path, *, script: str = "ablate", env: dict[str
     if cold or os.environ.get("ABLATE_TESTS_COLD") == "1":
         return subprocess.run([str(BIN / script), *args], cwd=cwd, env=env or cli_env(), text=True,
                               capture_output=True, timeout=timeout,
-                              preexec_fn=cpus and (lambda: os.sched_setaffinity(0, cpus)))
+                              preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     return _warm_cli().run(script, args, cwd, env or cli_env(), timeout, cpus=cpus)
 
 

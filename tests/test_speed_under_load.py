@@ -1,14 +1,14 @@
 """A speed column under a real CPU hog (docs/measurements.md, "Speed on a shared machine").
 
 A sweep of two variants that cost the same (two learning rates), pinned to one core (its process's
-affinity, as ``taskset -c`` sets it), runs once quietly (its records give the next sweep's estimate), then again into
-another directory while two busy-looping processes pinned to the same core run during the second
-variant's job only. That variant's steps then get about a third of the core: its runs' own speed is
-marked as timed under another load, and the sweep's end re-times the two interleaved so that the
-speed column shows their true ratio (within ~10%, or marked where the rounds disagree); the job says
-that its steps run slower than the sweep's estimate; and its record, timed under load, does not set
-later estimates while the quiet ones are at hand. In its own file, so that under ``--dist loadfile``
-it shares a worker with nothing else."""
+affinity, as ``taskset -c`` sets it), runs once quietly (its records give the next sweep's
+estimate), then again into another directory while two busy-looping processes pinned to the same
+core run during the second variant's job only. That variant's steps then get about a third of the
+core: its runs' own speed is marked as timed under another load, and the sweep's end re-times the
+two interleaved so that the speed column shows their true ratio (within ~10%, or marked where the
+rounds disagree); the job says that its steps run slower than the sweep's estimate; and its record,
+timed under load, does not set later estimates while the quiet ones are at hand. In its own file, so
+that under ``--dist loadfile`` it shares a worker with nothing else."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
             time.sleep(0.05)
         # two hogs: the job keeps at most a third of the core, a clear step back even where the quiet
         # sweep itself shared the core with another process of a busy test run
-        hogs = [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        hogs = [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+                for _ in range(2)]
         out, err = run.communicate(timeout=240)
     finally:
         for process in (*hogs, run):
