@@ -122,6 +122,17 @@ IN_PROCESS = ("task.batch_size=4", "task.seq_len=16", "measure.warmup_steps=1", 
 QUIET = ("trainer.max_steps=6", "logger=none")
 
 
+def script_module(name: str):
+    """``scripts/NAME.py`` as a module (the scripts are not a package): for tests that run a part of one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def records(sweep_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(sweep_dir.rglob("result.json"))]
 

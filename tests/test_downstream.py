@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import IN_PROCESS, REPO, compose_cfg
+from conftest import IN_PROCESS, compose_cfg, script_module
 
 from ablate.compose import tiny_overrides
 from ablate.components import resolve
@@ -319,16 +319,6 @@ def test_a_tiny_run_beats_chance(name: str, bpe: str, tmp_path: Path, one_thread
 
 # ---------------------------------------------------------------------- pretraining helps
 
-def _gain_script():
-    """scripts/pretraining_gain.py as a module: the calibration this test runs a part of."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pretraining_gain", REPO / "scripts" / "pretraining_gain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 #: per task: fine-tune steps (the experiment has 300), learning rate (the experiment's), fine-tune seed
 #: (one per task, both seeds among them: the pairs the test can afford) and the least gain of the
 #: pretrained body over a fresh one (accuracy points; about half the least gain over seeds 0-3: see the test)
@@ -352,7 +342,7 @@ def test_a_pretrained_model_beats_the_same_model_from_scratch(tmp_path: Path) ->
     batches of 32, py_continues at 200 steps gained only +0.011 on seed 3.) py_docstring's package label
     is left out: its docstring's words give the label away, and pretraining showed no gain there
     (docs/finetune.md)."""
-    script = _gain_script()
+    script = script_module("pretraining_gain")  # the calibration this test runs a part of
     torch.set_num_threads(1)
     pretrained = script.pretrain(1000, SMALLER_BATCHES, str(tmp_path))
     gains = {}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import REPO, cli_env, compose_cfg, records, run_cli
+from conftest import REPO, cli_env, compose_cfg, records, run_cli, script_module
 from test_model import VOCAB, make_cfg
 
 from ablate.compose import TINY
@@ -232,20 +231,10 @@ def test_size_xs_trains_through_the_cli(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------- gpu_check.sh
 
-def _gpu_check():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_dry_runs_compiled_model_and_batches_are_the_tiny_configs() -> None:
     """So that the dry run's compile finds the kernels of the compile test's (inductor's cache): the
     same model node, sequence length and batch size as the tiny config (ablate.compose.TINY)."""
-    script = _gpu_check()
+    script = script_module("gpu_check")
     plan = script.make_plan(dry=True)
     dry = compose_cfg(script.lm_overrides(plan, plan.compile_shape, ["model.compile=true"]))
     tiny = compose_cfg([*TINY, "logger=none", "model.compile=true"])

@@ -10,18 +10,13 @@ The script prints the same rates with 200 ladders a cell (docs/fair-comparisons.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import script_module
 
 from ablate.report.scaling import scale_ladder
 
-_spec = importlib.util.spec_from_file_location(
-    "ladder_calibration", Path(__file__).resolve().parents[1] / "scripts" / "ladder_calibration.py")
-cal = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cal)
+cal = script_module("ladder_calibration")
 
 LADDERS = 40
 NOMINAL = 0.95

@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import builtin_options
+from conftest import builtin_options, script_module
 from test_model import make_cfg
 
 from ablate.compose import compose
@@ -436,13 +436,7 @@ def test_bleu_and_chrf_score_the_decoded_text_as_sacrebleu_does(tmp_path):
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor")
 def test_the_reference_script_trains_pytorchs_encoder_decoder_under_both_inits():
     """scripts/encdec_reference.py (docs/seq2seq.md cites its figures), a few steps."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "encdec_reference.py"
-    spec = importlib.util.spec_from_file_location("encdec_reference", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = script_module("encdec_reference")
     losses = {init: script.validation_loss(init, steps=3) for init in ("default", "normal")}
     assert all(0 < loss < 10 for loss in losses.values()) and losses["default"] != losses["normal"]
 
