@@ -39,7 +39,8 @@ PRELOAD = ("ablate.cli", "ablate.lit", "ablate.run", "ablate.train", "ablate.rep
 
 def _serve(path: str, parent: int) -> dict:
     """Accept requests on the Unix socket ``path``; fork a process per request and return its request in
-    that process. The server itself answers each request with the process's pid, then its exit code."""
+    that process. The server itself answers each request with the process's pid, then its exit code, CPU
+    seconds and peak resident memory in KiB (its own and its reaped children's, as ``os.wait4`` says)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     listener.listen(16)
@@ -62,13 +63,14 @@ def _serve(path: str, parent: int) -> dict:
             conn.sendall(f"{pid}\n".encode())
             running[pid] = conn
         while running:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
             if pid == 0:
                 break
             conn = running.pop(pid, None)
             if conn is not None:
                 try:
-                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime:.3f} "
+                                 f"{usage.ru_maxrss}\n".encode())
                 except OSError:
                     pass  # the client stopped waiting
                 conn.close()
@@ -125,6 +127,10 @@ class WarmProcess:
         self._out, self._err = out, err
         self.pid = int(self._lines.readline())
         self.returncode: int | None = None
+        #: once it has exited: user + system CPU seconds and peak resident memory (KiB), its reaped children's
+        #: included (``os.wait4``); the peak counts the pages it shares with the warm interpreter
+        self.cpu_seconds: float | None = None
+        self.maxrss_kib: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
@@ -139,8 +145,11 @@ class WarmProcess:
         return self.returncode
 
     def _finish(self) -> None:
-        line = self._lines.readline()
-        self.returncode = int(line) if line.strip() else -signal.SIGKILL  # the server died
+        line = self._lines.readline().split()
+        if line:
+            self.returncode, self.cpu_seconds, self.maxrss_kib = int(line[0]), float(line[1]), int(line[2])
+        else:
+            self.returncode = -signal.SIGKILL  # the server died
         self._conn.close()
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
