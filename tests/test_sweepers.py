@@ -51,7 +51,7 @@ def test_help_lists_ablates_flags(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_plain_sweep_under_the_basic_sweeper_records_resumes_and_tables(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    args = ["-m", "hydra/sweeper=basic", "qkv_sharing=independent,qk_shared", "seed=0,1", *TINY,
+    args = ["-m", "hydra/sweeper=basic", "qkv_sharing=independent,qk_shared", "seed=0,1", *TINY, "logger=none",
             f"hydra.sweep.dir={sweep}"]
     out = run_cli(args, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -96,7 +96,7 @@ def test_plan_needs_ablates_sweeper(tmp_path: Path) -> None:
 def test_an_optimiser_sweeper_chooses_its_jobs_and_the_sweep_ends_in_a_table(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=0",
-                   "optim.lr=interval(0.001,0.01)", *TINY, f"hydra.sweep.dir={sweep}"], tmp_path)
+                   "optim.lr=interval(0.001,0.01)", *TINY, "logger=none", f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     recs = records(sweep)
     assert len(recs) == 2 and {r["status"] for r in recs} == {"ok"}
@@ -113,7 +113,7 @@ def test_an_optimiser_sweeper_chooses_its_jobs_and_the_sweep_ends_in_a_table(tmp
 def test_the_optimised_metric_is_a_setting(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     out = run_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
-                   "optimized_metric=val/accuracy", "optim.lr=choice(0.001,0.01)", *TINY,
+                   "optimized_metric=val/accuracy", "optim.lr=choice(0.001,0.01)", *TINY, "logger=none",
                    f"hydra.sweep.dir={sweep}"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
