@@ -160,14 +160,14 @@ def test_cli_writes_the_ladder_csv(tmp_path):
 
 @pytest.mark.slow  # a real ladder through the `ablate` CLI
 def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
-    """3 widths x 2 variants under μP, each job trained on 2 tokens per parameter of its own model (the
+    """3 widths x 2 variants under μP, each job trained on 1 token per parameter of its own model (the
     planner's steps, the same under every launcher: tests/test_planner.py), the lr tuned on the
     smallest width only (tune.rungs=smallest); the sweep ends in the ladder layout with scaling.png.
     The variants are two families on a seq2seq task (the decoder and the encoder–decoder, its two
     stacks and cross-attention under μP), so ladders, budgets and lr tuning are run for them too."""
     sweep = tmp_path / "sweep"
     args = ["-m", "model.d_model=16,24,32", "task=add", "task.n_test=64", "task.n_val=32", "model.arch=decoder,encoder_decoder",
-            "budget.match=tokens_per_param", "budget.tokens_per_param=2", "trainer=debug", "model.n_heads=2",
+            "budget.match=tokens_per_param", "budget.tokens_per_param=1", "trainer=debug", "model.n_heads=2",
             "model.n_layers=1", "task.batch_size=8", "measure.warmup_steps=2", "logger=none",
             "tune.lr=[1e-3]", "tune.rungs=smallest", "model.parametrization=mup", "model.mup_base_width=16",
             f"hydra.sweep.dir={sweep}"]
@@ -186,8 +186,8 @@ def test_a_tiny_ladder_through_the_cli_ends_in_its_ladder_table(tmp_path):
     for r in recs:
         task, m = r["config"]["task"], r["metrics"]
         tokens_per_step = task["batch_size"] * task["seq_len"]
-        assert m["steps"] == r["budget"]["steps"] == max(1, round(2 * m["params"] / tokens_per_step))
-        assert r["budget"]["match"] == "tokens_per_param" and r["budget"]["tokens_per_param"] == 2
+        assert m["steps"] == r["budget"]["steps"] == max(1, round(m["params"] / tokens_per_step))
+        assert r["budget"]["match"] == "tokens_per_param" and r["budget"]["tokens_per_param"] == 1
         steps_of_width.setdefault(r["config"]["model"]["d_model"], set()).add(m["steps"])
     widths = sorted(steps_of_width)
     assert max(steps_of_width[widths[0]]) < min(steps_of_width[widths[-1]])  # a larger model, more tokens
