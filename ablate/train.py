@@ -95,6 +95,10 @@ def make_trainer(cfg: DictConfig, logger: Any = False, callbacks: list[Any] | No
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
     if any(isinstance(c, ModelCheckpoint) for c in callbacks or []):  # the user's own (callbacks group)
         trainer["enable_checkpointing"] = True
+    # the test split's evaluation under torch.no_grad, as the learning curve's points and Lightning's own
+    # validation while fitting: under inference mode a compiled model (model.compile) would compile a
+    # third graph for it, at the run's end
+    trainer.setdefault("inference_mode", False)
     return pl.Trainer(**trainer, logger=logger or False, callbacks=callbacks or [],
                       default_root_dir=str(root_dir) if root_dir else None)
 

@@ -63,6 +63,17 @@ def test_compiled_run_through_the_cli_trains_like_the_eager_one(tmp_path: Path, 
         assert c[key] == pytest.approx(e[key], rel=1e-3), key
 
 
+def test_every_evaluation_runs_under_no_grad_unless_the_trainer_node_says_otherwise(tmp_path: Path) -> None:
+    """The test split's evaluation at a run's end under torch.no_grad, as the learning curve's points
+    (lit.evaluate) and Lightning's validation while fitting: one inference graph for a compiled model,
+    not a second one under inference mode. A trainer node that sets inference_mode keeps its value."""
+    from ablate.train import make_trainer
+
+    for overrides, expected in (([], False), (["+trainer.inference_mode=true"], True)):
+        trainer = make_trainer(compose_cfg([*TINY, *overrides]), root_dir=tmp_path)
+        assert trainer.test_loop.inference_mode is expected and trainer.validate_loop.inference_mode is expected
+
+
 def test_compile_is_applied_in_place_and_keeps_the_models_methods_and_checkpoint_keys() -> None:
     cfg = make_cfg()
     eager = build_model(cfg, VOCAB, 7, 16)
