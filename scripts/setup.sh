@@ -45,13 +45,26 @@ fi
 stamp=.venv/.ablate-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # uv resolves and downloads in parallel (about 6 s here against pip's minute); torch is already in
-  # place and satisfies the requirement, so uv leaves it as it is. pip is the fallback. Bytecode is
-  # compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set, every process would
-  # otherwise compile Lightning, Hydra and the rest from source (the test suite took 774 s, not 600).
-  { "${pip[@]}" uv && .venv/bin/python -m uv pip install --quiet --compile-bytecode --python .venv/bin/python \
-      -e ".[test]"; } ||
+  # place and satisfies the requirement, so uv leaves it as it is. pip is the fallback.
+  { "${pip[@]}" uv && .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[test]"; } ||
     "${pip[@]}" -e ".[test]" ||
     missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
+  # Bytecode for what ablate's processes import: one process imports it with bytecode writing on (about
+  # 20 s here). Where PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile Lightning,
+  # Hydra and the rest from source (the test suite took 774 s, not 600); compiling every installed
+  # package instead (uv --compile-bytecode) took 45 s, mostly for modules no process imports. `make
+  # test` and `make main` let Python write the bytecode of whatever else they import, once.
+  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python - <<'PYTHON'
+import importlib
+for name in ("ablate.cli", "ablate.lit", "ablate.run", "ablate.train", "ablate.sweeper", "ablate.report.cli",
+             "ablate.bench", "ablate.coord_check", "pandas", "matplotlib.pyplot", "wandb", "submitit",
+             "hydra_plugins.hydra_joblib_launcher.joblib_launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+             "tokenizers", "sacrebleu", "torch._inductor", "torch.distributed", "pytest", "xdist"):
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a module this machine cannot import is compiled when first imported
+        pass
+PYTHON
   touch "$stamp"
 fi
 # ablate's own bytecode too, which an editable install leaves to the first import: where

@@ -25,25 +25,34 @@ def pytest_ini() -> dict:
 
 
 def make_targets() -> dict[str, tuple[list[str], list[list[str]]]]:
-    """The Makefile's rules: {target: (prerequisites, recipe commands split as a shell does)}."""
+    """The Makefile's rules: {target: (prerequisites, recipe commands split as a shell does)}, its
+    ``NAME := value`` variables expanded."""
     rules: dict[str, tuple[list[str], list[list[str]]]] = {}
+    variables: dict[str, str] = {}
     current = None
     for line in (REPO / "Makefile").read_text().splitlines():
+        variable = re.match(r"(\w+)\s*:=\s*(.*)", line)
         rule = re.match(r"([\w.-]+):(?!=)([^#]*)", line)
-        if rule and not line.startswith("\t"):
+        if variable:
+            variables[variable.group(1)] = variable.group(2).strip()
+            current = None
+        elif rule and not line.startswith("\t"):
             current = rules[rule.group(1)] = (rule.group(2).split(), [])
         elif line.startswith("\t") and current is not None:
-            current[1].append(shlex.split(line.strip()))
+            command = re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], line.strip())
+            current[1].append(shlex.split(command))
         elif not line.strip().startswith("#"):
             current = None
     return rules
 
 
 def pytest_command(target: str) -> list[str]:
+    """The arguments of the pytest that ``make target`` runs (after ``.venv/bin/python -m pytest``)."""
     prerequisites, recipe = make_targets()[target]
     assert "setup" in prerequisites, f"make {target} must depend on setup (it creates .venv)"
-    (command,) = [c for c in recipe if c[:3] == [".venv/bin/python", "-m", "pytest"]]
-    return command[3:]
+    start = [".venv/bin/python", "-m", "pytest"]
+    (command,) = [c[i + 3:] for c in recipe for i in range(len(c)) if c[i:i + 3] == start]
+    return command
 
 
 def test_slow_is_declared_and_markers_are_strict() -> None:
