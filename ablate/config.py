@@ -19,6 +19,7 @@ never raised: :func:`validate` raises one ``ConfigError`` listing every problem.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
@@ -146,15 +147,23 @@ def _trainer_key(trainer: Mapping[str, Any]) -> str:
     torch, the platform and the CUDA devices visible."""
     import hashlib
     import json
+
+    what = {"trainer": trainer, **_installation()}
+    return hashlib.sha1(json.dumps(what, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+@functools.cache
+def _installation() -> dict[str, Any]:
+    """The versions of Lightning and torch, the platform and the CUDA devices visible: read once per
+    process (the installed package's metadata is a file read and a parse, at every validation)."""
     import platform
     import sys
     from importlib.metadata import version
 
     import torch
 
-    what = {"trainer": trainer, "lightning": version("pytorch_lightning"), "torch": torch.__version__,
+    return {"lightning": version("pytorch_lightning"), "torch": torch.__version__,
             "platform": [sys.platform, platform.machine()], "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0}
-    return hashlib.sha1(json.dumps(what, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 def _accepted_trainers() -> list[str]:
