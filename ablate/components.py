@@ -184,15 +184,11 @@ def _hints(target: Any) -> dict[str, Any]:
     try:
         return _resolved_hints(target)
     except TypeError:  # an unhashable callable: resolved each time
-        return _resolve_hints(target)
+        return _resolved_hints.__wrapped__(target)
 
 
 @functools.lru_cache(maxsize=512)
 def _resolved_hints(target: Any) -> dict[str, Any]:
-    return _resolve_hints(target)
-
-
-def _resolve_hints(target: Any) -> dict[str, Any]:
     try:
         return typing.get_type_hints(_callable_of(target), include_extras=True)
     except Exception:  # noqa: BLE001 - unresolvable hints (a user's forward references): no type checks
