@@ -26,45 +26,66 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+uv=(.venv/bin/python -m uv pip install --quiet --python .venv/bin/python)
+stamp=.venv/.ablate-installed
+# uv installs in parallel, without compiling, from its cache where it has the files already (pip is the
+# fallback where uv cannot be installed or fails)
+.venv/bin/python -m uv --version >/dev/null 2>&1 || "${pip[@]}" uv 2>/dev/null || true
+
+# A torch wheel this machine already holds, where pip finds one offline (its find-links): its path
+local_torch_wheel() {
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --dry-run --no-index --no-deps --report - \
+    "torch>=2.4" 2>/dev/null | .venv/bin/python -c '
+import json, sys, urllib.parse
+print(urllib.parse.unquote(json.load(sys.stdin)["install"][0]["download_info"]["url"].removeprefix("file://")))'
+}
+# ... installed without its dependencies (ablate's install below brings them): by uv (under a second
+# from its cache; pip took 12 s), else by pip. Not compiled: the warm-up below compiles what ablate's
+# processes import of torch's 2,300 modules.
+install_local_torch() {
+  local wheel
+  wheel=$(local_torch_wheel) && [ -f "$wheel" ] && "${uv[@]}" --no-deps "$wheel" 2>/dev/null && return 0
+  "${pip[@]}" --no-index --no-deps --no-compile "torch>=2.4" 2>/dev/null
+}
 
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  rm -f "$stamp"  # torch's dependencies come with ablate's, below
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "setup: NVIDIA GPU found: installing torch (CUDA build)"
-    "${pip[@]}" "torch>=2.4"
-  elif "${pip[@]}" --no-index --no-deps "torch>=2.4" 2>/dev/null; then
-    # a torch wheel this machine already holds (pip's find-links); its dependencies from the index
-    version=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))")
-    "${pip[@]}" "torch==$version"
-    echo "setup: installed torch $version found on this machine"
+    "${pip[@]}" --no-compile "torch>=2.4"
+  elif install_local_torch; then
+    echo "setup: installed torch $(.venv/bin/python -c "import importlib.metadata as m; print(m.version('torch'))") found on this machine"
   else
     echo "setup: no GPU: installing torch (CPU build)"
-    "${pip[@]}" "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu
+    "${pip[@]}" --no-compile "torch>=2.4" --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
 
-stamp=.venv/.ablate-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # uv resolves and downloads in parallel (about 6 s here against pip's minute); torch is already in
-  # place and satisfies the requirement, so uv leaves it as it is. pip is the fallback.
-  { "${pip[@]}" uv && .venv/bin/python -m uv pip install --quiet --python .venv/bin/python -e ".[test]"; } ||
-    "${pip[@]}" -e ".[test]" ||
+  # place and satisfies the requirement, so uv leaves it as it is and installs its dependencies
+  "${uv[@]}" -e ".[test]" || "${pip[@]}" -e ".[test]" ||
     missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
-  # Bytecode for what ablate's processes import: one process imports it with bytecode writing on (about
-  # 20 s here). Where PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile Lightning,
-  # Hydra and the rest from source (the test suite took 774 s, not 600); compiling every installed
-  # package instead (uv --compile-bytecode) took 45 s, mostly for modules no process imports. `make
-  # test` and `make main` let Python write the bytecode of whatever else they import, once.
-  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python - <<'PYTHON'
-import importlib
-for name in ("ablate.cli", "ablate.lit", "ablate.run", "ablate.train", "ablate.sweeper", "ablate.report.cli",
-             "ablate.bench", "ablate.coord_check", "pandas", "matplotlib.pyplot", "wandb", "submitit",
-             "hydra_plugins.hydra_joblib_launcher.joblib_launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
-             "tokenizers", "sacrebleu", "torch._inductor", "torch.distributed", "pytest", "xdist"):
+  # Bytecode for what ablate's processes import: two processes import it with bytecode writing on, each
+  # half of it, at once (about 22 s here). Where PYTHONDONTWRITEBYTECODE is set, every process would
+  # otherwise compile Lightning, Hydra and the rest from source (the test suite took 774 s, not 600);
+  # compiling every installed package instead (uv --compile-bytecode, pip's default) took 45 s more,
+  # mostly for modules no process imports. `make test` and `make main` let Python write the bytecode
+  # of whatever else they import, once.
+  warm_up() {
+    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c '
+import importlib, sys
+for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
-    except Exception:  # noqa: BLE001 - a module this machine cannot import is compiled when first imported
-        pass
-PYTHON
+    except Exception:  # a module this machine cannot import is compiled when first imported
+        pass' "$@"
+  }
+  warm_up ablate.cli ablate.lit ablate.run ablate.train ablate.sweeper ablate.report.cli ablate.bench \
+    ablate.coord_check torch._inductor torch.distributed hydra_plugins.hydra_joblib_launcher.joblib_launcher \
+    hydra_plugins.hydra_submitit_launcher.submitit_launcher &
+  warm_up pandas matplotlib.pyplot wandb submitit tokenizers sacrebleu pytest xdist
+  wait
   touch "$stamp"
 fi
 # ablate's own bytecode too, which an editable install leaves to the first import: where
