@@ -21,22 +21,25 @@ jobs, the budget, the tuning) and validates every job on the way; a sweep that c
 (``hydra/sweeper=basic``) the sweep-start callback runs the same planner with ``sweeper="basic"``,
 which refuses what only ablate's sweeper can honour and validates the rest. Each job is composed
 once, through the ``compose`` given (the launcher's own composition in a sweep; any function in
-tests), and cached.
+tests), and cached; a job that differs from one composed already only in its seed or its budget's
+steps is a copy of that one with its own values, and the seeds of a job are validated once.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from ablate.components import value_problem
 from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
-from ablate.settings import RunSettings, apply_smoke
+from ablate.settings import RunSettings, Seed, apply_smoke
 from ablate.finetune import finetune_jobs
 from ablate.finetune_plan import check_finetune, plan_finetune
 from ablate.tuning import LR_KEY, no_seed, tuning_jobs
@@ -47,6 +50,24 @@ from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, des
 STEPS_KEY = "trainer.max_steps"
 #: the lock file in a sweep directory, held while a sweep checks the directory and records its plan there
 SWEEP_LOCK = ".sweep.lock"
+
+#: the keys a job's config may differ in from a job composed already, set on a copy of that one's
+#: config: what Hydra's composition of a plain ``key=<digits>`` override does
+COPIED_KEYS = ("seed", STEPS_KEY)
+
+
+def _copied(override: str) -> bool:
+    """Whether ``override`` is set on a copy: ``seed=3``, ``trainer.max_steps=100``; not ``+seed=3``
+    nor ``seed=03`` (a string to Hydra)."""
+    key, _, value = override.partition("=")
+    return key in COPIED_KEYS and re.fullmatch(r"0|[1-9][0-9]*", value) is not None
+
+
+def _valid_seed(override: str) -> bool:
+    """A copied seed that is valid (:data:`ablate.settings.Seed`): what else of its job is checked
+    does not depend on it."""
+    return _copied(override) and override_key(override) == "seed" and not value_problem(int(override[5:]), Seed)
+
 
 #: a job's config (without the ``hydra`` node) from its overrides
 Compose = Callable[[list[str]], DictConfig]
@@ -60,7 +81,8 @@ class SweepError(Exception):
 
 class ComposedOnce:
     """Hydra's config loader, composing each job once (``load_sweep_config``): the plan composes
-    every job to validate it, and the launcher composes the same job again to run it; in the
+    a job to validate it (a job of each variant: the others are copies, ``Planner.compose``), and the
+    launcher composes the same job again to run it; in the
     launching process (``hydra/launcher=basic``) the launcher is handed the plan's composition
     instead (one composition costs ~0.25 CPU-s). The planner keeps its own copy (without the
     ``hydra`` node), so the launcher may change the one it is handed. The other launchers compose in
@@ -132,22 +154,28 @@ class Planner:
         self.arguments = list(config.hydra.overrides.task) if arguments is None else list(arguments)
         self._compose, self._cost = compose, cost
         self._configs: dict[tuple[str, ...], DictConfig] = {}
+        #: the jobs composed (not copied), by their overrides other than the copied keys: {those keys: config}
+        self._composed: dict[tuple[str, ...], dict[frozenset[str], DictConfig]] = {}
+        self._problems: dict[tuple[str, ...], list[str]] = {}
         self._costs: dict[tuple[str, ...], dict[str, float]] = {}
         self._codec: Any = None  # a fine-tune stage's: the pretraining's vocabulary (TextCodec)
 
     def compose(self, job: list[str]) -> DictConfig:
-        """A job's config, composed once (a job given its budget's steps: its composition before,
-        with those steps)."""
+        """A job's config, composed once. A job that differs from one composed already only in its
+        seed or its budget's steps (:data:`COPIED_KEYS`) is a copy of that one with its own values:
+        a sweep's seeds cost one composition (~0.25 CPU-s), not one each."""
         key = job_signature(job)
         if key not in self._configs:
-            steps = job_value(job, STEPS_KEY)
-            unbudgeted = job_signature(o for o in job if override_key(o) != STEPS_KEY)
-            if steps is not None and unbudgeted in self._configs and unbudgeted != key:
-                cfg = self._configs[unbudgeted].copy()
-                OmegaConf.update(cfg, STEPS_KEY, int(steps), merge=False)
-                self._configs[key] = cfg
-            else:
-                self._configs[key] = self._compose(list(job))
+            copied = dict(o.split("=", 1) for o in job if _copied(o))
+            same = self._composed.setdefault(job_signature(o for o in job if not _copied(o)), {})
+            twin = next((cfg for keys, cfg in same.items() if keys <= copied.keys()), None)
+            if twin is None:
+                twin = same[frozenset(copied)] = self._compose(list(job))
+                copied = {}
+            cfg = twin.copy() if copied else twin
+            for name, value in copied.items():
+                OmegaConf.update(cfg, name, int(value), merge=False)
+            self._configs[key] = cfg
         return self._configs[key]
 
     def cost(self, job: list[str]) -> dict[str, float]:
@@ -286,7 +314,14 @@ class Planner:
     # ------------------------------------------------------------------------------ validation
 
     def job_problems(self, job: list[str]) -> list[str]:
-        """Every problem of one job's composed config (empty when it can run)."""
+        """Every problem of one job's composed config (empty when it can run); the seeds of a job are
+        checked once."""
+        key = job_signature(o for o in job if not _valid_seed(o))
+        if key not in self._problems:
+            self._problems[key] = self._job_problems(job)
+        return self._problems[key]
+
+    def _job_problems(self, job: list[str]) -> list[str]:
         try:
             cfg = self.compose(job)
         except Exception as error:  # noqa: BLE001 - a composition error is a problem of this job

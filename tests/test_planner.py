@@ -81,7 +81,30 @@ def test_a_plain_sweep_is_the_product_validated_once_per_job() -> None:
     assert len(plan.definition) == 4 and plan.jobs == plan.definition
     assert plan.swept == ["qkv_sharing", "seed"] and plan.budget is None and plan.tune is None
     assert {plan.variant(job) for job in plan.jobs} == {"qkv_sharing=independent", "qkv_sharing=qk_shared"}
-    assert len(p._compose.calls) == 4, "each job composed once"
+    assert len(p._compose.calls) == 2, "each variant composed once, its other seed a copy"
+
+
+def test_a_variants_seeds_and_budgeted_steps_are_copies_equal_to_hydras_compositions() -> None:
+    """Through Hydra's compose API: each variant is composed once; its other seeds and its budget's
+    steps are set on a copy, which equals what Hydra composes for that job. A seed Hydra would read
+    as a string (``seed=01``) is composed, and refused by name."""
+    calls: list[list[str]] = []
+
+    def compose_job(job: list[str]) -> DictConfig:
+        calls.append(job)
+        cfg = compose_cfg(job)
+        return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+
+    args = [*TINY, "task.batch_size=8,16", "seed=0,1,2", "budget.match=tokens"]
+    p = Planner(sweep_config(args), compose_job, arguments=args)
+    plan = p.plan()
+    assert len(plan.jobs) == 6 and len({_value(job, "trainer.max_steps") for job in plan.jobs}) == 2
+    assert len(calls) == 2, calls
+    for job in plan.jobs:
+        assert OmegaConf.to_container(p.compose(job)) == OmegaConf.to_container(compose_job(job)), job
+
+    with pytest.raises(SweepError, match="seed='01'"):
+        planner(["seed=0,01", *TINY]).plan()
 
 
 def test_an_experiments_params_sweep_with_the_command_line() -> None:
