@@ -23,7 +23,11 @@ command -v "$python" >/dev/null 2>&1 ||
 if [ ! -x .venv/bin/python ]; then
   "$python" -c 'import venv, ensurepip' 2>/dev/null ||
     missing "'$python' has no working venv module (venv/ensurepip); install it (Debian/Ubuntu: sudo apt-get install python3-venv)"
-  "$python" -m venv .venv
+  # pip and uv put into a venv without pip by this Python's own pip (about 4 s here; venv's ensurepip
+  # took 7 s for pip alone), else by ensurepip
+  "$python" -m venv --without-pip .venv
+  "$python" -m pip --python .venv/bin/python install --quiet --disable-pip-version-check pip uv >/dev/null 2>&1 ||
+    .venv/bin/python -m ensurepip --default-pip >/dev/null
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 uv=(.venv/bin/python -m uv pip install --quiet --python .venv/bin/python)
