@@ -70,8 +70,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # place and satisfies the requirement, so uv leaves it as it is and installs its dependencies
   "${uv[@]}" -e ".[test]" || "${pip[@]}" -e ".[test]" ||
     missing "pip could not install ablate's dependencies: the package index (PyPI) must be reachable on the first run"
-  # Bytecode for what ablate's processes import: two processes import it with bytecode writing on, each
-  # half of it, at once (about 22 s here). Where PYTHONDONTWRITEBYTECODE is set, every process would
+  # Bytecode for what ablate's processes import: two processes import it with bytecode writing on, at
+  # once: torch and ablate's own stack, and the rest, scipy and sympy first, which the first reaches
+  # later (about 15 s here; one process took 32 s). Where PYTHONDONTWRITEBYTECODE is set, every process would
   # otherwise compile Lightning, Hydra and the rest from source (the test suite took 774 s, not 600);
   # compiling every installed package instead (uv --compile-bytecode, pip's default) took 45 s more,
   # mostly for modules no process imports. `make test` and `make main` let Python write the bytecode
@@ -88,7 +89,7 @@ for name in sys.argv[1:]:
   warm_up ablate.cli ablate.lit ablate.run ablate.train ablate.sweeper ablate.report.cli ablate.bench \
     ablate.coord_check torch._inductor torch.distributed hydra_plugins.hydra_joblib_launcher.joblib_launcher \
     hydra_plugins.hydra_submitit_launcher.submitit_launcher &
-  warm_up pandas matplotlib.pyplot wandb submitit tokenizers sacrebleu pytest xdist
+  warm_up scipy.signal scipy.stats sympy matplotlib.pyplot pandas wandb submitit tokenizers sacrebleu pytest xdist
   wait
   touch "$stamp"
 fi
