@@ -66,7 +66,8 @@ def _copied(override: str) -> bool:
 def _valid_seed(override: str) -> bool:
     """A copied seed that is valid (:data:`ablate.settings.Seed`): what else of its job is checked
     does not depend on it."""
-    return _copied(override) and override_key(override) == "seed" and not value_problem(int(override[5:]), Seed)
+    key, _, value = override.partition("=")
+    return _copied(override) and key == "seed" and not value_problem(int(value), Seed)
 
 
 #: a job's config (without the ``hydra`` node) from its overrides
