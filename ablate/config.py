@@ -24,13 +24,17 @@ from typing import Any, Callable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from ablate import data
+from ablate.heap import imports_untraced
 from ablate.paths import user_cache
 from ablate.components import (ComponentError, Context, call_problems, import_target, label, label_problems,
                                merge_problems, own_problems, qualname, resolve, settings_problems, target_path,
                                type_problems, value_problem)
-from ablate.model import MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms, patterns, positions
-from ablate.model.seq2seq import SEQ2SEQ_ARCHS, Seq2SeqLayout, resolved_arch
+
+with imports_untraced():  # torch and the model: most of what `ablate` and a job process import (ablate.heap)
+    from ablate import data
+    from ablate.model import (MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms,
+                              patterns, positions)
+    from ablate.model.seq2seq import SEQ2SEQ_ARCHS, Seq2SeqLayout, resolved_arch
 from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
                              FinetuneSettings, LoggerSettings, Seed, TuneSettings)
 

@@ -9,14 +9,13 @@ One process trains a job at a time: rank 0 holds an ``flock`` on the job directo
 :data:`JOB_LOCK` for the job's whole life (:meth:`Job.claim`), so a second launch into the same
 directory skips a job that is training elsewhere instead of training it again. A joblib worker
 stops (SIGTERM) when the process that launched it dies (:func:`stop_with_launcher`). A process
-that imports this module ends through :func:`quick_teardown`.
+that imports this module ends through :func:`ablate.heap.quick_teardown`.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import gc
 import os
 import signal
 import time
@@ -27,20 +26,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from ablate.config import CONFIG_GROUPS
+from ablate.heap import quick_teardown
 from ablate.launchers import launcher_kind, sweeper_kind
 from ablate.record import JobEntry
 from ablate.sweep import SweepPlan, job_variant, override_key
-
-
-def quick_teardown() -> None:
-    """At exit: collect the garbage once (its finalizers run, as the interpreter's teardown would
-    run them), then freeze every live object out of the cyclic collector. The teardown that follows
-    the atexit hooks collects several times over all the objects torch, Lightning and Hydra made
-    (~400k): about 1.5 CPU-seconds per process, spent before the process's resources (a SLURM job's
-    CPUs, a joblib worker's core, the terminal) are free. Frozen, they are skipped; the operating
-    system takes the memory back."""
-    gc.collect()
-    gc.freeze()
 
 
 # Registered at import, so before the hooks of what a job starts later (wandb, Lightning), which

@@ -29,6 +29,7 @@ from ablate.console import print_job_line
 from ablate.job import JOB_LOCK, Job, launcher_gone, lock_holder
 from ablate.launchers import sweeper_refusal
 from ablate.settings import RunSettings, apply_smoke
+from ablate.heap import imports_untraced
 from ablate.finetune import PRETRAINED, pretrained_problem, pretraining_dir, stage
 from ablate.record import BudgetEntry, FinetuneEntry, Record, TuneEntry, WandbEntry, read_record
 from ablate.stops import InterruptWatch, Preempted, StopSignals
@@ -165,8 +166,9 @@ def _train_job(cfg: DictConfig, settings: RunSettings, job: Job, validation_star
     with interrupt, stop:
         try:
             # Lightning (seconds to import) only once the config is valid: a refused one is refused at once
-            from ablate.lit import Checkpointer, checkpoint_state
-            from ablate.train import train
+            with imports_untraced():
+                from ablate.lit import Checkpointer, checkpoint_state
+                from ablate.train import train
 
             checkpointer = Checkpointer(job.dir / CHECKPOINT, settings.checkpoint.every_n_steps,
                                         settings.checkpoint.keep)

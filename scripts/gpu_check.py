@@ -39,21 +39,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+from ablate.heap import imports_untraced
 
-from omegaconf import OmegaConf
+with imports_untraced():  # torch and Lightning, as in every ablate process (ablate.heap)
+    import torch
+    from omegaconf import OmegaConf
 
-from ablate.compose import compose
-from ablate.config import CONFIG_GROUPS
-from ablate.lit import masked_loss
-from ablate.optim import make_optimizer
-from ablate.measure import peak_flops, synchronize
-from ablate.model import SIZES, build_model
-from ablate.model.patterns import FlexScores, flex_available
-from ablate.paths import CONF_DIR
-from ablate.job import Job
-from ablate.run import run_job
-from ablate.train import build, quiet_lightning
+    from ablate.compose import compose
+    from ablate.config import CONFIG_GROUPS
+    from ablate.lit import masked_loss
+    from ablate.optim import make_optimizer
+    from ablate.measure import peak_flops, synchronize
+    from ablate.model import SIZES, build_model
+    from ablate.model.patterns import FlexScores, flex_available
+    from ablate.paths import CONF_DIR
+    from ablate.job import Job
+    from ablate.run import run_job
+    from ablate.train import build, quiet_lightning
 
 
 REPO = Path(__file__).resolve().parents[1]

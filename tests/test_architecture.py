@@ -14,7 +14,7 @@ the ``__init__``, which closes a cycle and fails.
 Layers, lowest first (docs/internals.md, "Layers"); a module imports from its own layer and
 the layers below it, never above:
 
-    foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops
+    foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops, ablate.heap
     records         ablate.results, ablate.record, ablate.record_checks, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.curve, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
@@ -39,7 +39,7 @@ import ablate
 PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
-    "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops"],
+    "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops", "ablate.heap"],
     "records": ["ablate.results", "ablate.record", "ablate.record_checks", "ablate.sweep", "ablate.jobdir"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.curve", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,14 +110,57 @@ def test_ablate_bench_times_every_variant_interleaved(tmp_path: Path, tiny: list
     assert "1.000x" in out.stdout  # the baseline's own ratio
 
 
+def test_imports_run_untraced_then_their_garbage_is_freed_and_the_rest_frozen(tmp_path: Path, monkeypatch) -> None:
+    """ablate.heap.imports_untraced, around the imports of torch and the model (ablate.config) and of
+    Lightning (ablate.run): no automatic collection during the block; after it, the garbage the import
+    left is finalized, what it left alive is frozen, and the collector is on again. A block that
+    imports nothing, or one entered with the collector off, leaves the collector as it was."""
+    import gc
+
+    from ablate.heap import imports_untraced
+
+    (tmp_path / "heap_probe.py").write_text(
+        "import gc\n"
+        "ENABLED = gc.isenabled()\n"
+        "FINALIZED = []\n"
+        "class Node:\n"
+        "    def __del__(self):\n"
+        "        FINALIZED.append(1)\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "del a, b\n"
+        "KEPT = [Node() for _ in range(1000)]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    frozen = gc.get_freeze_count()
+    with imports_untraced():
+        import heap_probe
+    assert heap_probe.ENABLED is False and gc.isenabled()
+    assert heap_probe.FINALIZED == [1, 1]  # the cycle the import dropped: collected once, after it
+    assert gc.get_freeze_count() >= frozen + 1000  # what it kept: frozen
+    frozen, fresh = gc.get_freeze_count(), [[] for _ in range(1000)]
+    with imports_untraced():
+        import heap_probe  # noqa: F811 - imported already: nothing new
+    assert gc.get_freeze_count() < frozen + len(fresh) and gc.isenabled()  # nothing was frozen
+    (tmp_path / "heap_probe_off.py").write_text("KEPT = [[] for _ in range(1000)]\n")
+    gc.disable()
+    try:
+        with imports_untraced():
+            import heap_probe_off  # noqa: F401
+        assert not gc.isenabled() and gc.get_freeze_count() < frozen + 1000
+    finally:
+        gc.enable()
+        for name in ("heap_probe", "heap_probe_off"):
+            sys.modules.pop(name, None)
+
+
 def test_the_exit_hook_finalizes_the_garbage_then_freezes_the_rest() -> None:
-    """ablate.job.quick_teardown, the atexit hook of every process that imports ablate.job (`ablate`, its
+    """ablate.heap.quick_teardown, the atexit hook of every process that imports ablate.job (`ablate`, its
     job processes; tests/test_configs.py sees it run in `ablate`): garbage from before the exit is still
     finalized, then the live objects are frozen out of the interpreter's own teardown (its repeated
     collections over them took ~1.5 CPU-s a process)."""
     import gc
 
-    from ablate.job import quick_teardown
+    from ablate.heap import quick_teardown
 
     finalized = []
 
