@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import shutil
@@ -102,6 +103,10 @@ def _warm_cli() -> WarmCli:
     if _warm is None:
         _warm = WarmCli(BIN, cli_env())
     return _warm
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

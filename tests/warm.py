@@ -229,11 +229,15 @@ class WarmCli:
 
 
 if __name__ == "__main__":
+    import gc
     import importlib
 
+    gc.disable()
     for module in PRELOAD:
         importlib.import_module(module)
+    gc.freeze()
     _request = _serve(sys.argv[1], int(sys.argv[2]))
+    gc.enable()
     _become(_request)
     _main = _entry_point(_request["script"])
     del _request
