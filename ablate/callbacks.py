@@ -96,13 +96,14 @@ class SweepCallbacks(Callback):
 
     @staticmethod
     def _plan_basic_sweep(config: DictConfig) -> None:
+        from ablate.ownership import claim_directory
         from ablate.planner import Planner, SweepError, launcher_compose
 
         planner = Planner(config, launcher_compose(config), sweeper="basic")
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
             plan = planner.plan()
-            planner.claim_directory(sweep_dir, plan)  # checked and recorded as one step: one of two sweeps at once
+            claim_directory(sweep_dir, plan, planner.sweeper)  # checked and recorded as one step
         except SweepError as error:
             _refuse(str(error))
 

@@ -30,9 +30,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -44,12 +43,10 @@ from ablate.finetune import finetune_jobs
 from ablate.finetune_plan import check_finetune, plan_finetune
 from ablate.tuning import LR_KEY, no_seed, tuning_jobs
 from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep,
-                          job_signature, job_value, job_variant, override_key, same_jobs,
+                          job_signature, job_value, job_variant, override_key,
                           split_override_string, swept_keys)
 
 STEPS_KEY = "trainer.max_steps"
-#: the lock file in a sweep directory, held while a sweep checks the directory and records its plan there
-SWEEP_LOCK = ".sweep.lock"
 
 #: the keys a job's config may differ in from a job composed already, set on a copy of that one's
 #: config: what Hydra's composition of a plain ``key=<digits>`` override does
@@ -417,70 +414,6 @@ class Planner:
                 f"{first.get(keys[0])}' (each job then gets the budget of that value at its own "
                 f"{', '.join(keys[1:])})")
         return {keys[0]: split_override_string(" ".join(definition[0]))[keys[0]]} if keys else {}
-
-    # ------------------------------------------------------------------------------ the directory
-
-    def claim_directory(self, sweep_dir: str | Path, plan: SweepPlan, redefine: bool = False,
-                        also: Callable[[], None] | None = None) -> None:
-        """Check ``sweep_dir`` (:meth:`check_directory`) and record ``plan`` there (``sweep.json``, after
-        ``also``: more of the sweep's files) as one step, under :func:`directory_lock`: of two sweeps
-        started there at once, one records first and the other then finds its plan, and is refused
-        when it defines other jobs. Raises SweepError; OSError when the directory cannot be written."""
-        sweep_dir = Path(sweep_dir)
-        with directory_lock(sweep_dir):
-            unreadable = SweepPlan.unreadable(sweep_dir)
-            if unreadable and not redefine:
-                raise SweepError(f"{unreadable}: it says which sweep {sweep_dir} holds, so nothing can be resumed "
-                                 "or checked there. Nothing was trained.\n  Restore or remove it, pick another "
-                                 "hydra.sweep.dir" + (", or add --redefine to run this sweep there"
-                                                      if self.sweeper == "ablate" else ""))
-            self.check_directory(sweep_dir, plan, redefine=redefine)
-            if also is not None:
-                also()
-            plan.write(sweep_dir)
-
-    def check_directory(self, sweep_dir: str | Path, plan: SweepPlan, redefine: bool = False) -> None:
-        """A sweep directory belongs to one sweep definition: relaunching the same command resumes
-        it; another set of jobs there is refused (SweepError) unless ``redefine``."""
-        note = directory_conflict(sweep_dir, plan)
-        if note and not redefine:
-            previous = SweepPlan.read(sweep_dir)
-            assert previous is not None
-            raise SweepError(
-                f"{sweep_dir} holds another sweep ({len(previous.definition)} jobs, e.g. "
-                f"{' '.join(previous.definition[0]) or '(defaults)'}); this command defines "
-                f"{len(plan.definition)} other jobs (e.g. {' '.join(plan.definition[0]) or '(defaults)'}). "
-                "Nothing was trained.\n  Relaunch the same overrides to resume that sweep, pick another "
-                "hydra.sweep.dir, or add --redefine to run this definition there (its table then uses only "
-                "its own jobs" + ("" if self.sweeper == "ablate" else "; --redefine needs hydra/sweeper=ablate")
-                + ").")
-
-
-@contextmanager
-def directory_lock(sweep_dir: str | Path) -> Iterator[None]:
-    """The sweep directory (made if need be), held for as long as the ``with`` block runs: an ``flock``
-    on its :data:`SWEEP_LOCK`, which another sweep's check and record waits for (released however
-    the process ends). Where there is no ``flock`` (Windows; a filesystem without locks), unlocked."""
-    sweep_dir = Path(sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / SWEEP_LOCK, "a") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except (ImportError, OSError):  # nothing to lock with: check and record unlocked, as before
-            pass
-        yield  # closing the file releases the lock
-
-
-def directory_conflict(sweep_dir: str | Path, plan: SweepPlan) -> str | None:
-    """A note when ``sweep_dir`` holds a sweep of another definition (launching there would be
-    refused without ``--redefine``); None when it holds none or the same one."""
-    previous = SweepPlan.read(sweep_dir)
-    if previous is None or same_jobs(previous.definition, plan.definition):
-        return None
-    return (f"{sweep_dir} holds another sweep ({len(previous.definition)} jobs): launching this one there would "
-            "be refused; add --redefine, or pick another hydra.sweep.dir")
 
 
 def variant_configs(planner: Planner, plan: SweepPlan, jobs: list[list[str]] | None = None) -> dict[str, DictConfig]:

@@ -45,7 +45,8 @@ from omegaconf import DictConfig
 
 from ablate.jobdir import job_dir_name
 from ablate.finetune_plan import finetune_stage
-from ablate.planner import Planner, directory_conflict
+from ablate.ownership import directory_conflict
+from ablate.planner import Planner
 from ablate.tuning import CHOSEN, LR_KEY, final_stage
 from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text

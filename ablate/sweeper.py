@@ -45,6 +45,7 @@ from ablate.loggers import uses_wandb
 from ablate.finetune import from_job, pretrained_problem
 from ablate.finetune_plan import finetune_stage
 from ablate.planner import Planner, SweepError, launcher_compose, share_compositions
+from ablate.ownership import claim_directory
 from ablate.tuning import choose_lr, final_stage, lr_text
 from ablate.record import load_records, read_record
 from ablate.stops import STOP_SIGNALS, SignalHandlers
@@ -170,11 +171,11 @@ def _tuned_stage(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, returns: li
 def _record(sweep_dir: Path, config: Any, plan: SweepPlan, planner: Planner, redefine: bool) -> None:
     """The sweep directory checked (another definition there is refused unless ``redefine``; so is an
     unreadable ``sweep.json``) and its ``multirun.yaml`` and ``sweep.json`` written, before any job
-    starts: one step under the directory's lock (``Planner.claim_directory``), so that of two sweeps
+    starts: one step under the directory's lock (``ownership.claim_directory``), so that of two sweeps
     started into one directory at once, only one is recorded there."""
     try:
-        planner.claim_directory(sweep_dir, plan, redefine=redefine,
-                                also=lambda: OmegaConf.save(config, sweep_dir / "multirun.yaml"))
+        claim_directory(sweep_dir, plan, planner.sweeper, redefine=redefine,
+                        also=lambda: OmegaConf.save(config, sweep_dir / "multirun.yaml"))
     except OSError as error:
         raise SweepError(f"the sweep could not run: cannot write its plan in {sweep_dir} "
                          f"({type(error).__name__}: {error}); nothing was trained") from error

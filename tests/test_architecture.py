@@ -46,7 +46,7 @@ LAYERS = {
                  "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
                  "ablate.run", "ablate.timing", "ablate.step_times", "ablate.pace", "ablate.meters", "ablate.finetune"],
-    "planning": ["ablate.planner", "ablate.tuning", "ablate.finetune_plan", "ablate.preview"],
+    "planning": ["ablate.planner", "ablate.ownership", "ablate.tuning", "ablate.finetune_plan", "ablate.preview"],
     "report": ["ablate.report"],
     "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli",
                      "ablate.coord_check"],

@@ -13,6 +13,7 @@ from conftest import QUIET, compose_cfg
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.compose import tiny_overrides
+from ablate.ownership import check_directory, claim_directory
 from ablate.paths import CONF_DIR
 from ablate.planner import Planner, SweepError
 from ablate.tuning import choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
@@ -282,17 +283,17 @@ def test_an_old_or_broken_file_reads_as_well_as_it_can(tmp_path: Path) -> None:
 def test_another_definition_in_the_directory_is_refused_unless_redefined(tmp_path: Path) -> None:
     first = planner(["qkv_sharing=independent,qk_shared", *TINY])
     first_plan = first.plan()
-    first.check_directory(tmp_path, first_plan)  # empty: fine
+    check_directory(tmp_path, first_plan)  # empty: fine
     first_plan.write(tmp_path)
-    first.check_directory(tmp_path, first_plan)  # the same definition resumes
+    check_directory(tmp_path, first_plan)  # the same definition resumes
     other = planner(["qkv_sharing=independent,qk_shared", *TINY, "model.n_layers=2"])
     other_plan = other.plan()
     with pytest.raises(SweepError, match="(?s)holds another sweep .*--redefine"):
-        other.check_directory(tmp_path, other_plan)
-    other.check_directory(tmp_path, other_plan, redefine=True)
+        check_directory(tmp_path, other_plan)
+    check_directory(tmp_path, other_plan, redefine=True)
     other_plan.write(tmp_path)  # what the redefined sweep records: now the original command is the other one
     with pytest.raises(SweepError, match="(?s)holds another sweep .*--redefine"):
-        first.check_directory(tmp_path, first_plan)
+        check_directory(tmp_path, first_plan)
 
 
 # ---------------------------------------------------------------------------------- --plan as data
@@ -549,7 +550,7 @@ def test_of_two_sweeps_claiming_one_directory_at_once_exactly_one_is_recorded(tm
         def claim(n: int) -> None:
             start.wait()
             try:
-                sweeps[n].claim_directory(where, plans[n], also=lambda: (where / f"multirun{n}.yaml").write_text(""))
+                claim_directory(where, plans[n], also=lambda: (where / f"multirun{n}.yaml").write_text(""))
                 outcome[n] = "recorded"
             except SweepError as error:
                 outcome[n] = str(error)
@@ -569,12 +570,12 @@ def test_of_two_sweeps_claiming_one_directory_at_once_exactly_one_is_recorded(tm
 def test_a_relaunch_of_the_same_sweep_claims_its_directory_again(tmp_path: Path) -> None:
     p = planner(["qkv_sharing=independent,qk_shared", *TINY])
     plan = p.plan()
-    p.claim_directory(tmp_path, plan)
-    p.claim_directory(tmp_path, plan)  # the same definition: resumed
+    claim_directory(tmp_path, plan)
+    claim_directory(tmp_path, plan)  # the same definition: resumed
     (tmp_path / "sweep.json").write_text("{not json")
     with pytest.raises(SweepError, match="cannot be read as a sweep plan"):
-        p.claim_directory(tmp_path, plan)
-    p.claim_directory(tmp_path, plan, redefine=True)
+        claim_directory(tmp_path, plan)
+    claim_directory(tmp_path, plan, redefine=True)
     assert SweepPlan.read(tmp_path) == plan
 
 
