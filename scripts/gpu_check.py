@@ -20,6 +20,10 @@ classify/tagging/glue read the repository's test fixtures, wandb is offline.
     scripts/gpu_check.sh                       # on a GPU machine, < 8 min on one H200
     scripts/gpu_check.sh --dry-run             # anywhere, about a minute
     scripts/gpu_check.sh --out DIR --budget-s 420 --only flex,compile
+
+Why one file over ~450 lines: a device session is short and runs this script whole; its six
+sections share one checker (each row isolated), one plan of sizes and one table, and each section
+is a function a reader finds by its name above.
 """
 
 from __future__ import annotations
