@@ -53,13 +53,17 @@ def test_a_hog_during_one_variant_is_flagged_not_shown_as_a_slowdown(tmp_path: P
     hogs: list[subprocess.Popen] = []
     try:
         deadline = time.monotonic() + 180
-        while len(list(sweep.glob("*/.hydra"))) < 2:  # the second variant's job has started
+        # the first variant's job has ended (its record is written at its end only), so the hogs are there
+        # before the second one's first step, however late a busy machine lets this loop look
+        while not any(sweep.glob("*/result.json")) and len(list(sweep.glob("*/.hydra"))) < 2:
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
-            time.sleep(0.05)
+            time.sleep(0.02)
         # two hogs: the job keeps at most a third of the core, a clear step back even where the quiet
-        # sweep itself shared the core with another process of a busy test run
-        hogs = [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
-                for _ in range(2)]
+        # sweep itself shared the core with another process of a busy test run. Each hog is its own
+        # session, as the job is: where the kernel shares a core between sessions first (Linux's
+        # sched_autogroup), two hogs of one session would leave the job half of the core, not a third
+        hogs = [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"],
+                                 start_new_session=True) for _ in range(2)]
         out, err = run.communicate(timeout=240)
     finally:
         for process in (*hogs, run):
