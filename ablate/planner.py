@@ -30,7 +30,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
