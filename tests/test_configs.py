@@ -32,7 +32,7 @@ def options(group: str) -> list[str]:
 PARTNERS = {("norm", "deepnorm"): ["init=deepnet"], ("init", "deepnet"): ["norm=deepnorm"]}
 
 
-@pytest.mark.slow  # 77 Hydra compositions, about 40 s in all (test_model and test_flops build every option in-process)
+@pytest.mark.slow  # 79 Hydra compositions, about 20 s in all (test_model and test_flops build every option in-process)
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_composes_and_validates(group: str, option: str) -> None:
     overrides = [f"{group}={option}"]
