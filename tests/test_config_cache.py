@@ -14,6 +14,7 @@ from hydra._internal.core_plugins.importlib_resources_config_source import Impor
 from ablate.compose import TINY
 from ablate.compose import compose as ablate_compose
 from ablate.paths import CONF_DIR
+from hydra_plugins.ablate_config_cache import config_cache
 from hydra_plugins.ablate_config_cache.config_cache import CachedFileSource, CachedPackageSource
 
 
@@ -62,6 +63,8 @@ def test_an_edited_file_is_read_again(tmp_path: Path) -> None:
     path.write_text("x: 33\n")  # the same size: its modification time tells it apart
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     assert source.load_config("a").config.x == 33
+    assert [key for key in config_cache._loaded if key[1] == str(tmp_path)] == [("file", str(tmp_path), "a")], \
+        "what is kept of an edited file replaces what was kept of it before"
 
 
 def test_ablates_search_path_goes_through_the_kept_sources_and_another_apps_does_not(tmp_path: Path) -> None:

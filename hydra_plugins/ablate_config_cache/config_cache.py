@@ -25,9 +25,10 @@ from hydra.core.object_type import ObjectType
 from hydra.plugins.config_source import ConfigResult, ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-#: what the sources loaded, for the process. Module-level: Hydra deep-copies its sources for each
-#: composition (CachingConfigRepository), which would copy a cache held by a source.
-_loaded: Dict[Tuple, ConfigResult] = {}
+#: what the sources loaded, for the process: (scheme, source path, config path) -> (its version, the
+#: config). Module-level: Hydra deep-copies its sources for each composition (CachingConfigRepository),
+#: which would copy a cache held by a source.
+_loaded: Dict[Tuple[str, str, str], Tuple[Tuple, ConfigResult]] = {}
 
 
 class _KeptSource(ConfigSource):
@@ -51,10 +52,10 @@ class _KeptSource(ConfigSource):
         version = self._version(config_path)
         if version is None:
             return self.inner.load_config(config_path)
-        key = (self.inner_scheme, self.path, config_path, *version)
-        if key not in _loaded:
-            _loaded[key] = self.inner.load_config(config_path)
-        kept = _loaded[key]
+        key = (self.inner_scheme, self.path, config_path)
+        if key not in _loaded or _loaded[key][0] != version:  # an edited file replaces what was kept of it
+            _loaded[key] = version, self.inner.load_config(config_path)
+        kept = _loaded[key][1]
         return ConfigResult(provider=self.provider, path=kept.path, config=copy.deepcopy(kept.config),
                             header=dict(kept.header))
 
