@@ -81,7 +81,7 @@ class ComposedOnce:
     a job to validate it (a job of each variant: the others are copies, ``Planner.compose``), and the
     launcher composes the same job again to run it; in the
     launching process (``hydra/launcher=basic``) the launcher is handed the plan's composition
-    instead (one composition costs ~0.25 CPU-s). The planner keeps its own copy (without the
+    instead (one composition costs ~0.17 CPU-s). The planner keeps its own copy (without the
     ``hydra`` node), so the launcher may change the one it is handed. The other launchers compose in
     their job processes, so the sweeper uses this for the basic launcher only (a pickled copy holds
     nothing)."""
@@ -160,7 +160,7 @@ class Planner:
     def compose(self, job: list[str]) -> DictConfig:
         """A job's config, composed once. A job that differs from one composed already only in its
         seed or its budget's steps (:data:`COPIED_KEYS`) is a copy of that one with its own values:
-        a sweep's seeds cost one composition (~0.25 CPU-s), not one each."""
+        a sweep's seeds cost one composition (~0.17 CPU-s), not one each."""
         key = job_signature(job)
         if key not in self._configs:
             copied = dict(o.split("=", 1) for o in job if _copied(o))

@@ -1,7 +1,8 @@
 """Hydra reads ablate's config files once per process, not once per composition.
 
-Hydra composes a config anew for every job: ``ablate -m`` composes each job when it plans the sweep
-and again when it launches it, and ``ablate --plan``, ``ablate-bench`` and the scripts compose dozens.
+Hydra composes a config anew for every job: ``ablate -m`` composes each job when it plans the sweep,
+a job process (joblib, submitit, SLURM) composes its own job again, and ``ablate --plan``,
+``ablate-bench`` and the scripts compose dozens.
 Each composition parses the same YAML files again (Hydra keeps them only within one composition):
 about a quarter of its time. Two Hydra plugins (both found by Hydra's scan of ``hydra_plugins``):
 
