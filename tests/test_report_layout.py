@@ -376,3 +376,16 @@ def test_a_pivoted_baseline_is_a_row_and_a_baseline_per_task_is_named_so():
     base, base_of, label = mark_baselines("qkv_sharing=independent", None, flat, None)
     assert label == "qkv_sharing=independent (per task)" and len(set(map(id, base_of.values()))) == len(TASKS)
     assert all(r.is_baseline == (r.overrides["qkv_sharing"] == "independent") for r in flat)
+
+
+def test_a_title_wider_than_its_panels_is_drawn_whole(tmp_path):
+    """A one-panel curves.png under a long title (a smoke test's, a long experiment name): the canvas grows
+    to the title instead of cutting it at both sides, so nothing drawn touches the PNG's edges."""
+    from PIL import Image
+
+    t = build_table(flops_records())
+    t.experiment = "qkv_sharing_with_the_long_name_of_a_researchers_own_experiment"
+    with Image.open(save_outputs(t, tmp_path)["curves"]) as image:
+        pixels = np.asarray(image.convert("L"))
+    for edge in (pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]):
+        assert edge.min() == 255, "something is drawn up to the PNG's edge: cut off"

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.report.caption import title
-from ablate.report.layout import Figure
-from ablate.report.plot import _marks, _nz, _save, _variant_axis, mark_loose_speeds
+from ablate.report.layout import Figure, save_png
+from ablate.report.plot import _marks, _nz, _variant_axis, mark_loose_speeds
 
 #: ``ablate.report.finetune_table.FinetuneTable``, which draws its figure here: not imported (no cycle)
 FinetuneTable = Any
@@ -32,7 +32,7 @@ def finetune_plot(table: FinetuneTable, path: str | Path) -> Path | None:
     """``table.png`` of ``table``; None when no variant has a downstream score to draw."""
     if not any(c.accuracy_mean is not None for r in table.rows for c in r.cells.values()):
         return None
-    return _save(finetune_figure(table), path)
+    return save_png(finetune_figure(table), path)
 
 
 def finetune_figure(table: FinetuneTable):

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ablate.report.caption import title
-from ablate.report.layout import Figure
+from ablate.report.layout import Figure, save_png
 from ablate.report.table_columns import DASH, HEADLINE, VARIANT_COLUMN, VARIANT_FIELD, Column, Field, _loss
-from ablate.results import atomic_file
 
 #: ``ablate.report.ladder``'s ``LadderTable`` and ``LadderRow``, whose members call these functions:
 #: not imported (no import cycle)
@@ -164,6 +163,4 @@ def scaling_plot(table: LadderTable, path: str | Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
     fig.suptitle(f"{title(table)}: scale ladder (baseline: {table.baseline})")
-    with atomic_file(Path(path)) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    return Path(path)
+    return save_png(fig, path)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, runtime_checkable
 
+from ablate.results import atomic_file
+
 if TYPE_CHECKING:
     from ablate.report.records import LoadedSweep
     from ablate.report.table_columns import Column, Field
@@ -38,6 +40,16 @@ class Figure(NamedTuple):
     key: str
     file: str
     draw: Callable[[Path], Path | None]
+
+
+def save_png(fig: Any, path: str | Path) -> Path:
+    """A layout's matplotlib figure written to ``path`` as a PNG (atomically, 120 dpi). The canvas is
+    fitted to what is drawn, so a title wider than the panels (a one-panel figure, a smoke test's long
+    title) is drawn whole, not cut at both sides."""
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    return path
 
 
 @runtime_checkable

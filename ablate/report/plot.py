@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ablate.report.caption import title
-from ablate.report.layout import Figure
+from ablate.report.layout import Figure, save_png
 from ablate.report.ladder_view import scaling_plot  # a ladder's figure; imported from here too (publish)
 from ablate.report.stats import finite
 from ablate.report.rows import Row
@@ -28,7 +28,6 @@ from ablate.report.table_columns import ROUNDS_MARK
 
 #: ``ablate.report.table.SweepTable``, which draws its figures here: not imported (no import cycle)
 SweepTable = Any
-from ablate.results import atomic_file
 
 
 def _nz(v: float | None) -> float:
@@ -50,13 +49,6 @@ def std_bars(means: list[float | None], stds: list[float | None], floor: float =
 def score_floor(values: Iterable[float]) -> float:
     """The lowest a score can be: -1 for a metric that went below 0 in some run (a correlation), else 0."""
     return -1.0 if any(v < 0 for v in values) else 0.0
-
-
-def _save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    return path
 
 
 def _panels(table: SweepTable) -> list[tuple[str, list[Row]]]:
@@ -153,7 +145,7 @@ def mark_loose_speeds(ax, rows: list[Row]) -> None:
 
 def plot(table: SweepTable, path: str | Path) -> Path:
     """``table.png`` (``table_figure``) of a flat table; a ladder's figure is ``ladder_view.scaling_plot``."""
-    return _save(table_figure(table), path)
+    return save_png(table_figure(table), path)
 
 
 def flat_figures(table: SweepTable) -> list[Figure]:
@@ -269,7 +261,7 @@ def _sparse_note(counts: list[int], steps: int) -> str:
 def curves(table: SweepTable, path: str | Path) -> Path | None:
     """``curves.png`` (``curves_figure``); None when no run recorded a history."""
     fig = curves_figure(table)
-    return None if fig is None else _save(fig, path)
+    return None if fig is None else save_png(fig, path)
 
 
 def curves_figure(table: SweepTable):
@@ -360,4 +352,4 @@ def lr_plot(table: SweepTable, path: str | Path) -> Path | None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
     fig.suptitle(f"{title(table)}: validation {metric} vs lr")
-    return _save(fig, path)
+    return save_png(fig, path)
