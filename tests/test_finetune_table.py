@@ -248,6 +248,8 @@ def test_every_format_renders(table, tmp_path):
     assert {"markdown", "latex", "csv", "png"} <= set(written) and written["png"].name == "table.png"
     page = write_report(table, None, tmp_path / "sweep").read_text()
     assert "avg Δ" in page and "Kendall" in page and "py_module" in page
+    caption = re.search(r"<figcaption><b>table.png</b>: (.*?)</figcaption>", page).group(1)
+    assert "pretraining loss" in caption and "downstream" in caption  # its own figure's, not the flat table's
 
 
 def test_a_rate_grid_keeps_per_variant_and_task_the_rate_best_on_validation(tmp_path):

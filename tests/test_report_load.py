@@ -77,6 +77,7 @@ def test_a_flat_table_and_a_ladder_answer_the_same_interface(ladder_dir: Path) -
         assert table.wandb_summary() and table.wandb_config() and table.latex_summary()
         assert table.run_place(variant).key == "ffn=swiglu" and table.run_place(variant).label == "swiglu"
         assert table.figures()[0].key == "png" and table.figures()[0].file == figure
+        assert all(f.caption for f in table.figures())  # report.html's caption under each, from its layout
     assert ladder.run_place({"ffn": "swiglu", "model.size": "xs"}).column == "xs"
     assert flat.image_key("png") == "ablation_plot" and ladder.image_key("png") == "scaling"
     assert flat.statistics_terms() and not ladder.statistics_terms()  # a ladder's caption explains its numbers

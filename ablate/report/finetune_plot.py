@@ -25,7 +25,10 @@ FinetuneTable = Any
 
 def finetune_figures(table: FinetuneTable) -> list[Figure]:
     """The fine-tune layout's one figure, ``table.png``, as its ``png``."""
-    return [Figure("png", "table.png", lambda path: finetune_plot(table, path))]
+    return [Figure("png", "table.png", lambda path: finetune_plot(table, path),
+                   "Final pretraining loss per variant; each downstream task's and the average's Δ to the "
+                   "baseline with its 95% CI (paired by pretraining seed); the pretraining speed and memory "
+                   "ratios; the baseline highlighted.")]
 
 
 def finetune_plot(table: FinetuneTable, path: str | Path) -> Path | None:

@@ -18,7 +18,9 @@ LadderTable = LadderRow = Any
 
 def ladder_figures(table: LadderTable) -> list[Figure]:
     """A ladder's one figure, ``scaling.png``, as its ``png``."""
-    return [Figure("png", "scaling.png", lambda path: scaling_plot(table, path))]
+    return [Figure("png", "scaling.png", lambda path: scaling_plot(table, path),
+                   "Loss against training FLOPs per rung (the baseline's fitted curve dashed), and each "
+                   "variant's compute multiplier with its 95% CI.")]
 
 
 def ladder_wandb_config(table: LadderTable) -> dict[str, Any]:

@@ -34,12 +34,14 @@ class RunPlace:
 
 class Figure(NamedTuple):
     """One figure of a layout: its key (``png`` for the main one; wandb's key is ``image_key(key)``),
-    its file name, and what draws it to a path (returning the path, or None when the records hold
-    nothing to draw). One at a time, so that a figure that fails costs only itself."""
+    its file name, what draws it to a path (returning the path, or None when the records hold
+    nothing to draw; one at a time, so that a figure that fails costs only itself), and what it
+    shows (``report.html``'s caption under it)."""
 
     key: str
     file: str
     draw: Callable[[Path], Path | None]
+    caption: str
 
 
 def save_png(fig: Any, path: str | Path) -> Path:

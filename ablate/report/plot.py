@@ -151,9 +151,12 @@ def plot(table: SweepTable, path: str | Path) -> Path:
 def flat_figures(table: SweepTable) -> list[Figure]:
     """A flat table's figures: ``table.png`` as ``png``, and ``curves.png`` and ``lr.png`` (drawn
     when the records support them)."""
-    return [Figure("png", "table.png", lambda path: plot(table, path)),
-            Figure("curves", "curves.png", lambda path: curves(table, path)),
-            Figure("lr", "lr.png", lambda path: lr_plot(table, path))]
+    return [Figure("png", "table.png", lambda path: plot(table, path),
+                   "Accuracy (mean ± std over seeds), speed and memory per variant; the baseline highlighted."),
+            Figure("curves", "curves.png", lambda path: curves(table, path),
+                   "Validation loss against training FLOPs: mean over seeds, band from the lowest to the highest seed."),
+            Figure("lr", "lr.png", lambda path: lr_plot(table, path),
+                   "Validation metric at each learning rate of the tuning grid; each variant's chosen lr starred.")]
 
 
 def table_figure(table: SweepTable):

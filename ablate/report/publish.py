@@ -37,7 +37,8 @@ def _outputs(table: TableLayout) -> list[tuple[str, str, Callable[[Path], Path |
         return lambda path: write_atomic(path, render(table))
 
     return [("markdown", "table.md", text(to_markdown)), ("latex", "table.tex", text(to_latex)),
-            ("csv", "table.csv", text(to_csv)), *table.figures()]
+            ("csv", "table.csv", text(to_csv)),
+            *((figure.key, figure.file, figure.draw) for figure in table.figures())]
 
 
 def save_outputs(table: TableLayout, sweep_dir: str | Path) -> dict[str, Path]:

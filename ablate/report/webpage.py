@@ -6,7 +6,7 @@ The page holds, from the same records and ``SweepTable`` as every other format:
   ``table.csv`` with its raw values; a click on a header sorts by that column (a few lines of
   inline JavaScript; ``report.html#sort=TABLE.COLUMN[.desc]`` opens it sorted, e.g. ``#sort=paper.1.desc``);
 * the figures (``table.png`` or a ladder's ``scaling.png``, ``curves.png``, ``lr.png``, and any
-  other the table draws) embedded as base64 PNG;
+  other the table draws) embedded as base64 PNG, each under its layout's caption of it;
 * for a seq2seq task, sample generations: each variant's first test rows as it decodes them;
 * one line per run: its variant, seed, status, error, figures and links to its job directory,
   ``result.json`` and wandb run directory (relative links: they work while the page sits in the
@@ -34,15 +34,6 @@ from ablate.report.record_fields import stopped_early
 from ablate.report.records import LoadedSweep
 
 REPORT_FILE = "report.html"
-
-#: what each figure shows, by file name (another figure is shown under its own name)
-FIGURES = {
-    "table.png": "Accuracy (mean ± std over seeds), speed and memory per variant; the baseline highlighted.",
-    "scaling.png": "Loss against training FLOPs per rung (the baseline's fitted curve dashed), and each "
-                   "variant's compute multiplier with its 95% CI.",
-    "curves.png": "Validation loss against training FLOPs: mean over seeds, band from the lowest to the highest seed.",
-    "lr.png": "Validation metric at each learning rate of the tuning grid; each variant's chosen lr starred.",
-}
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1400px; padding: 0 16px; color: #222; }
@@ -221,13 +212,16 @@ def samples_html(records: list[Record], table: TableLayout) -> str:
             f'<tbody>{"".join(body)}</tbody></table></section>')
 
 
-def figures_html(figures: dict[str, Path]) -> str:
+def figures_html(table: TableLayout, figures: dict[str, Path]) -> str:
+    """The PNGs embedded, each with its layout's caption (``Figure.caption``; none for a file the
+    layout does not draw)."""
+    captions = {figure.file: figure.caption for figure in table.figures()}
     out = []
     for path in figures.values():
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
         name = Path(path).name
         out.append(f'<figure><img src="data:image/png;base64,{data}" alt="{escape(name)}">'
-                   f"<figcaption><b>{escape(name)}</b>: {escape(FIGURES.get(name, ''))}</figcaption></figure>")
+                   f"<figcaption><b>{escape(name)}</b>: {escape(captions.get(name, ''))}</figcaption></figure>")
     return "".join(out) or "<p>No figure: the records hold nothing to draw.</p>"
 
 
@@ -276,7 +270,7 @@ header to sort by it</p>
 <p class="caption">{escape(table.caption())}</p>
 <details><summary>All columns (table.csv: raw values, accuracy as a fraction)</summary>{all_columns_table(table)}</details>
 </section>
-<section id="figures"><h2>Figures</h2>{figures_html(figures)}</section>
+<section id="figures"><h2>Figures</h2>{figures_html(table, figures)}</section>
 {samples_html(records, table)}
 <section id="runs-section"><h2>Runs</h2>{runs_table(records, table, sweep_dir)}</section>
 <section id="statistics"><h2>How to read the numbers</h2>{statistics_html(table)}</section>
