@@ -14,13 +14,13 @@ the ``__init__``, which closes a cycle and fails.
 Layers, lowest first (docs/internals.md, "Layers"); a module imports from its own layer and
 the layers below it, never above:
 
-    foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops, ablate.heap
-    records         ablate.results, ablate.record, ablate.record_checks, ablate.sweep, ablate.jobdir   (what jobs write and sweeps are made of)
+    foundation      ablate, ablate.paths, ablate.code_version, ablate.components, ablate.stops, ablate.heap, ablate.sequential
+    records         ablate.results, ablate.record, ablate.record_checks, ablate.sweep, ablate.jobdir, ablate.seed_spreads   (what jobs write and sweeps are made of)
     model and data  ablate.model.*, ablate.data.*
     training        ablate.lit, ablate.curve, ablate.optim, ablate.measure, ablate.memory, ablate.tracking, ablate.wandb_history, ablate.loggers,
                     ablate.settings, ablate.config, ablate.catalog, ablate.resolvers, ablate.job, ablate.launchers, ablate.compose, ablate.console, ablate.train,
                     ablate.run, ablate.timing, ablate.step_times, ablate.pace, ablate.meters, ablate.finetune
-    planning        ablate.planner, ablate.tuning, ablate.finetune_plan, ablate.preview
+    planning        ablate.planner, ablate.tuning, ablate.finetune_plan, ablate.seed_rounds, ablate.power, ablate.preview
     report          ablate.report.*
     entry points    ablate.cli, ablate.sweeper, ablate.callbacks, ablate.bench, ablate.report.cli
 
@@ -39,14 +39,17 @@ import ablate
 PACKAGE_DIR = Path(ablate.__file__).resolve().parent
 
 LAYERS = {
-    "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops", "ablate.heap"],
-    "records": ["ablate.results", "ablate.record", "ablate.record_checks", "ablate.sweep", "ablate.jobdir"],
+    "foundation": ["ablate", "ablate.paths", "ablate.code_version", "ablate.components", "ablate.stops", "ablate.heap",
+                   "ablate.sequential"],
+    "records": ["ablate.results", "ablate.record", "ablate.record_checks", "ablate.sweep", "ablate.jobdir",
+                "ablate.seed_spreads"],
     "model and data": ["ablate.model", "ablate.data"],
     "training": ["ablate.lit", "ablate.curve", "ablate.optim", "ablate.measure", "ablate.memory", "ablate.tracking", "ablate.wandb_history",
                  "ablate.loggers", "ablate.settings", "ablate.config", "ablate.catalog",
                  "ablate.resolvers", "ablate.job", "ablate.launchers", "ablate.compose", "ablate.console", "ablate.train",
                  "ablate.run", "ablate.timing", "ablate.step_times", "ablate.pace", "ablate.meters", "ablate.finetune"],
-    "planning": ["ablate.planner", "ablate.ownership", "ablate.tuning", "ablate.finetune_plan", "ablate.preview"],
+    "planning": ["ablate.planner", "ablate.ownership", "ablate.tuning", "ablate.finetune_plan", "ablate.seed_rounds",
+                 "ablate.power", "ablate.preview"],
     "report": ["ablate.report"],
     "entry points": ["ablate.cli", "ablate.callbacks", "ablate.sweeper", "ablate.bench", "ablate.report.cli",
                      "ablate.coord_check"],
@@ -227,7 +230,9 @@ def test_the_sweep_path_points_one_way() -> None:
         assert not {"ablate.planner", "ablate.preview", "ablate.sweeper", "ablate.callbacks", "ablate.cli"} & reached
         assert not [m for m in reached if m.startswith("ablate.report")]
     assert {"ablate.job", "ablate.train", "ablate.record"} <= set(graph["ablate.run"])
-    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.record_checks", "ablate.results"}
+    # the records of a sweep, and the design of its seed rounds (pure statistics: numpy and scipy)
+    assert _reaches(graph, "ablate.sweep") <= {"ablate.record", "ablate.record_checks", "ablate.results",
+                                                "ablate.sequential"}
     report = set().union(*(_reaches(graph, m) for m in graph if m.startswith("ablate.report") and m != "ablate.report.cli"))
     assert "ablate.sweep" in report
     assert not {"ablate.job", "ablate.train", "ablate.run", "ablate.planner", "ablate.sweeper"} & report
