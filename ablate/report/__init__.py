@@ -17,7 +17,10 @@ The package turns them into one row per variant, by concern:
 * ``table``: ``build_table`` -> ``SweepTable`` of ``Row``s, in named stages: the baseline(s), a
   pivot of one swept key into columns, the comparisons, the rows chosen;
 * ``comparisons``: the baseline(s) marked, each row against its own (ratios, Δ and its CI, p), the
-  Holm–Bonferroni correction over the comparisons shown;
+  Holm–Bonferroni correction over the comparisons shown; a ``seed=auto`` sweep's verdicts instead
+  (``decide_rounds``: different, equivalent or undecided, each with its repeated CI);
+* ``rounds``: ``round_state(sweep)`` -> ``RoundState``: those verdicts and each comparison's baseline,
+  by variant key, for the sweeper between rounds (from ``build_table``, so it agrees with the table);
 * ``caption``: the words of a table (its caption and notes; ``SweepTable.caption()``);
 * ``table_columns``: every column a table can show (``columns``, ``csv_fields``) and its role:
   headline (the terminal's first block), paper (``table.tex``) or detail;
@@ -48,13 +51,14 @@ from ablate.report.plot import curves, lr_plot, mean_curve, plot, scaling_plot
 from ablate.report.publish import log_to_wandb, save_outputs, table_run_id, write_atomic, write_report
 from ablate.report.layout import RunPlace, TableLayout
 from ablate.report.records import LoadedSweep, bench_speeds, load_bench, load_records, load_sweep, sort_records
+from ablate.report.rounds import RoundState, round_state
 from ablate.report.stats import (SIGNIFICANCE_TEST, TESTS, Comparison, holm, paired_test, welch_p,
                                  welch_test)
 from ablate.report.table import STATUSES, Row, SweepTable, build_table, resolve_baseline, resolve_rows, split_rows
 from ablate.report.webpage import REPORT_FILE
 
 __all__ = [
-    "FinetuneTable", "LoadedSweep", "RunPlace", "TableLayout", "load_sweep", "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
+    "FinetuneTable", "LoadedSweep", "RoundState", "RunPlace", "round_state", "TableLayout", "load_sweep", "CSV_COLUMNS", "Comparison", "REPORT_FILE", "SweepFrames", "load", "write_report", "FORMATS", "LadderRow", "LadderTable", "SIZE_KEYS", "build_ladder", "is_ladder",
     "scaling_plot", "OPTIONAL_CSV_COLUMNS", "SIGNIFICANCE_TEST", "STATUSES", "TESTS", "Row",
     "SweepTable", "bench_speeds", "build_table", "columns", "csv_columns", "csv_fields", "csv_rows", "curves",
     "holm", "latex_escape", "load_bench", "load_records", "log_to_wandb", "lr_plot", "mean_curve", "paired_test",

@@ -11,11 +11,17 @@ EarlyStopping callback ended early (``metrics.early_stopped``: their early loss 
 training than the others'); then the baseline and that diverged/failed runs are excluded from means. It also says when the records come from a
 smoke test (``smoke: true`` in their config) and when jobs ran at once on the same cores (their
 ``metrics.concurrent_jobs``), since the speeds of such runs come from runs competing for the CPU.
+A sweep whose seeds ran in rounds (``seed=auto``) has verdicts instead of marks: its caption names
+the method (group-sequential repeated CIs, the spending function, Holm across the comparisons), the
+mde, α and the rounds (``rounds_note``).
 """
 
 from __future__ import annotations
 
 from ablate.report.stats import TEST_NAMES
+
+#: the Lan–DeMets spending functions of ``ablate.sequential``, as the caption names them
+SPENDING_NAMES = {"obrien_fleming": "O'Brien–Fleming-type", "pocock": "Pocock-type"}
 
 # The caption's sentence on speed (SweepTable.speed_note), by where the speeds come from.
 RECORDS_SPEED_NOTE = "speed: per-run median tokens/s (separate runs), mean over seeds, ratio to baseline"
@@ -42,8 +48,13 @@ class CaptionText:
         ns = sorted({r.n for r in self.flat}) or [0]
         metric = f"{self.metric} on the test split (%)" if len(self.metrics) < 2 else "each task's own metric (%)"
         what = f"Mean ± std over n = {_span(ns)} seeds of {metric}"
-        return what + (f" per {self.columns_key}; avg: mean over the columns; baseline: {self.baseline}" if self.pivoted
-                       else f"; Δ: difference to the baseline ({self.baseline}) in points [95% CI]")
+        interval = "repeated CI" if self.has_rounds else "95% CI"
+        what += (f" per {self.columns_key}; avg: mean over the columns; baseline: {self.baseline}" if self.pivoted
+                 else f"; Δ: difference to the baseline ({self.baseline}) in points [{interval}]")
+        if self.has_rounds:
+            what += (f"; verdict: different, equivalent within ±{self.rounds.mde:g} points or undecided, "
+                     "seeds run in rounds")
+        return what
 
     def latex_note(self, all_columns: bool = False) -> str:
         """The note under the LaTeX table: the test behind the marks and the Δ CIs, the correction,
@@ -68,6 +79,8 @@ class CaptionText:
 
     def statistics_terms(self) -> list[tuple[str, str]]:
         """What each statistic of the table is (report.html's "How to read the numbers")."""
+        if self.has_rounds:
+            return self.rounds_terms()
         paired = self.test == "paired"
         return [
             ("mean ± std", "the mean over a variant's ok runs (one per seed), ± their sample standard deviation "
@@ -84,6 +97,47 @@ class CaptionText:
                                            "the baseline's: speed above 1x is faster, memory above 1x uses more."),
         ]
 
+    def rounds_terms(self) -> list[tuple[str, str]]:
+        """What each statistic of a rounds table is (report.html's "How to read the numbers")."""
+        r = self.rounds
+        return [
+            ("mean ± std", "the mean over a variant's ok runs (one per seed), ± their sample standard deviation "
+                           "(n − 1); diverged and failed runs are left out and counted under runs."),
+            ("verdict", f"different: the repeated CI excludes 0; equivalent: it lies inside ±{r.mde:g} points (the "
+                        "smallest effect of interest, stats.mde); undecided: neither after the rounds run so far, "
+                        f"so the next round gives it more seeds; undecided at the cap: still neither after the last "
+                        f"round ({r.max_seeds} seeds)."),
+            ("seeds", "the paired seeds (seeds both the variant and its baseline have) the verdict rests on: a "
+                      "comparison stops getting seeds once it is decided."),
+            ("Δ [repeated CI]", "the mean over those seeds of the variant's accuracy minus the baseline's at the same "
+                                "seed, in points, with its group-sequential repeated confidence interval at the level "
+                                "the comparison was finally tested at (α over the comparisons, passed on by Holm's "
+                                "step-down as others are decided): valid whichever round it stopped at, and wider "
+                                "than the fixed-seed t interval at the same seeds."),
+            ("p_value, p_corrected", "empty: a fixed-seed p-value (and its * and ** marks) is not valid when seeds "
+                                     "are added until a comparison is decided; the verdict replaces it."),
+            ("speed, memory, FLOPs ratio", "the variant's tokens/s, peak training memory and training FLOPs over "
+                                           "the baseline's: speed above 1x is faster, memory above 1x uses more."),
+        ]
+
+    def rounds_note(self) -> str:
+        """The caption's sentences on a rounds table's verdicts: the method, the mde, α and the rounds."""
+        r, n = self.rounds, self.n_comparisons
+        looks = r.looks()
+        where = " in the same column" if self.pivoted else ""
+        spending = SPENDING_NAMES.get(r.spending, r.spending)
+        return "; ".join([
+            f"verdicts: group-sequential repeated confidence intervals of the paired differences over seeds "
+            f"({spending} α-spending, Lan–DeMets), Holm across {n} comparison{'s' if n != 1 else ''} "
+            f"(α = {r.alpha:g} family-wise, two-sided, accuracy vs the baseline{where})",
+            "different: the repeated CI excludes 0",
+            f"equivalent: it lies within ±{r.mde:g} points (mde)",
+            "undecided: neither yet (at the cap: after the last round)",
+            f"rounds: looks at {', '.join(map(str, looks))} seeds, {self.rounds_run} of {len(looks)} run",
+            "no p-values or marks: a fixed-seed p-value is not valid when seeds are added until a comparison "
+            "is decided",
+        ])
+
     def metric_note(self) -> str:
         """What the accuracy column holds: the metric, or which metric each task (row) uses."""
         if len(self.metrics) < 2:
@@ -99,7 +153,11 @@ class CaptionText:
                 f"({'; '.join(uses)})")
 
     def test_note(self) -> str:
-        """The caption's sentence on the marks and the Δ column."""
+        """The caption's sentence on the marks and the Δ column (a rounds table: on its verdicts)."""
+        if self.has_rounds:
+            delta = ("" if self.pivoted else "; Δ: accuracy minus the baseline's in points, mean of the paired "
+                     "differences over the seeds a comparison used, [its repeated CI]")
+            return self.rounds_note() + delta
         n = self.n_comparisons
         marks = (f"* p<0.05, ** p<0.01: {TEST_NAMES[self.test]}, Holm–Bonferroni-corrected across "
                  f"{n} comparison{'s' if n != 1 else ''} (two-sided, accuracy vs the baseline"

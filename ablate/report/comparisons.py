@@ -1,18 +1,23 @@
 """A table's comparisons: its baseline(s) marked, each row (or pivoted cell) against its own
 baseline (speed, memory and FLOPs ratios; Δ with its CI and p from the paired t-test over seeds or
 Welch's test), and the Holm–Bonferroni correction over the comparisons shown (``build_table``'s
-last stages).
+last stages). A sweep whose seeds ran in rounds (``seed=auto``: sweep.json's ``rounds``) has its
+comparisons decided instead (``decide_rounds``: ``ablate.sequential.decide`` over each one's paired
+differences per seed, Holm across them inside it).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.report.rows import Row, resolve_baseline
 from ablate.report.speed_checks import judge_speeds
 from ablate.report.stats import Comparison, holm, paired_test, ratio, round_ratios, welch_test
 from ablate.sweep import split_override_string
+
+if TYPE_CHECKING:
+    from ablate.sweep import Rounds
 
 
 def mark_baselines(given: str | None, default: Any, shown: list[Row],
@@ -95,11 +100,18 @@ def compare_with_baselines(shown: list[Row], base: Row, base_of: dict[str, Row],
         row.memory_ratio = ratio(row.memory_bytes, row_base.memory_bytes)
         row.flops_ratio = ratio(row.train_flops, row_base.train_flops)
         if row is not row_base and not row.is_baseline:
+            row.baseline_key = row_base.key
+            row.seed_diffs = paired_differences(row.by_seed, row_base.by_seed)
             row.compare(_compare(test, row.by_seed, row_base.by_seed, row.accuracies, row_base.accuracies))
             if tuned:
                 row.delta_default_lr = _compare(test, row.by_seed_default, row_base.by_seed_default,
                                                 row.accuracies_default, row_base.accuracies_default).delta
     judge_speeds(pairs)  # a speed ratio timed under other loads, or far from the FLOPs ratio: marked
+
+
+def paired_differences(by_seed: dict, base_by_seed: dict) -> dict[Any, float]:
+    """``{seed: accuracy - the baseline's}`` over the seeds both have, in the row's seed order."""
+    return {s: acc - base_by_seed[s] for s, acc in by_seed.items() if s in base_by_seed}
 
 
 def _compare(test: str, by_seed: dict, base_by_seed: dict, accuracies: list[float],
@@ -110,11 +122,52 @@ def _compare(test: str, by_seed: dict, base_by_seed: dict, accuracies: list[floa
     return welch_test(accuracies, base_accuracies)
 
 
+def _shown_flat(shown: list[Row], col_key: str | None) -> list[Row]:
+    """The variants shown: the rows chosen, or pivoted their cells."""
+    return [c for r in shown for c in r.cells.values()] if col_key else shown
+
+
 def correct(shown: list[Row], col_key: str | None) -> int:
     """Holm–Bonferroni over the comparisons shown (the rows chosen, or their cells): sets each
     one's ``p_corrected``; returns how many there were."""
-    shown_flat = [c for r in shown for c in r.cells.values()] if col_key else shown
-    compared = [r for r in shown_flat if not r.is_baseline and r.p_value is not None]
+    compared = [r for r in _shown_flat(shown, col_key) if not r.is_baseline and r.p_value is not None]
     for row, p in zip(compared, holm([r.p_value for r in compared])):
         row.p_corrected = p
     return len(compared)
+
+
+def compared_rows(shown: list[Row], col_key: str | None) -> list[Row]:
+    """The comparisons shown: each row (or pivoted cell) compared with a baseline of its own."""
+    return [r for r in _shown_flat(shown, col_key) if not r.is_baseline and r.baseline_key is not None]
+
+
+def rounds_run(rounds: Rounds) -> int:
+    """The rounds whose seeds a table's records can hold: those launched (``rounds.run``), at least
+    the first (records exist) and at most the design's last."""
+    return min(max(rounds.run, 1), len(rounds.looks()))
+
+
+def decide_rounds(shown: list[Row], col_key: str | None, rounds: Rounds) -> int:
+    """A sweep's seeds run in rounds (``seed=auto``): each comparison shown decided from its paired
+    differences per seed (``Row.seed_diffs``) under the rounds' design (``ablate.sequential.decide``:
+    repeated CIs, Holm across the comparisons), replacing its Δ interval and p (``Row.decide``);
+    returns how many comparisons there were."""
+    from ablate.sequential import decide
+
+    compared = compared_rows(shown, col_key)
+    diffs = {r.key: {_seed_number(s): d for s, d in r.seed_diffs.items() if _seed_number(s) is not None}
+             for r in compared}
+    verdicts = decide(diffs, rounds.design(), rounds_run(rounds))
+    for row in compared:
+        row.decide(verdicts[row.key])
+    return len(compared)
+
+
+def _seed_number(seed: Any) -> int | None:
+    """A seed as the rounds count them (round j runs the seeds below its look); None for one that is no integer."""
+    if isinstance(seed, bool):
+        return None
+    if isinstance(seed, int):
+        return seed
+    text = str(seed).strip()
+    return int(text) if text.lstrip("-").isdigit() else None

@@ -164,7 +164,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "±": r"$\pm$", "–": "--", "<": r"$<$", ">": r"$>$", "Δ": r"$\Delta$", "×": r"$\times$",
                   "†": r"$^\dagger$", "‡": r"$^\ddagger$", "∞": r"$\infty$", "τ": r"$\tau$",
-                  "μ": r"$\mu$", "→": r"$\rightarrow$"}
+                  "μ": r"$\mu$", "→": r"$\rightarrow$", "α": r"$\alpha$"}
 
 
 def latex_escape(text: str) -> str:

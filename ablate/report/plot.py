@@ -1,8 +1,9 @@
 """The table's figures (PNG, matplotlib without pyplot: no global state, Agg canvas).
 
 * ``plot``: ``table.png``: per variant its accuracy (mean ± std and each seed, or against evaluation
-  length), Δ to the baseline with its 95% CI and the marks, and the speed and memory ratios (a
-  pivoted table: accuracy per column value and the average per row), the baseline in bold;
+  length), Δ to the baseline with its 95% CI and the marks (seeds run in rounds: its repeated CI,
+  the verdicts and the ±mde band), and the speed and memory ratios (a pivoted table: accuracy per
+  column value and the average per row), the baseline in bold;
 * ``curves``: ``curves.png`` (``curves_figure``): validation loss against training FLOPs spent
   (``metrics.history``), one line per variant, the mean over seeds (a marker per evaluation) with a
   band from the lowest to the highest seed; compute on the x axis, so variants of different cost
@@ -24,7 +25,7 @@ from ablate.report.layout import Figure, save_png
 from ablate.report.ladder_view import scaling_plot  # a ladder's figure; imported from here too (publish)
 from ablate.report.stats import finite
 from ablate.report.rows import Row
-from ablate.report.table_columns import ROUNDS_MARK
+from ablate.report.table_columns import ROUNDS_MARK, verdict_text
 
 #: ``ablate.report.table.SweepTable``, which draws its figures here: not imported (no import cycle)
 SweepTable = Any
@@ -196,13 +197,18 @@ def table_figure(table: SweepTable):
     ax_delta.axvline(0.0, color="gray", linewidth=0.8)
     ax_delta.errorbar(deltas, ys, xerr=[low, high], fmt="o", color="tab:blue", ecolor="tab:blue", capsize=4)
     for y, d, h, row in zip(ys, deltas, high, table.rows):
-        if _marks(row):
-            ax_delta.annotate(_marks(row), (d + h, y), xytext=(4, -4), textcoords="offset points", fontsize=12)
+        note = verdict_text(row) if table.has_rounds and row.verdict is not None else _marks(row)
+        if note:
+            ax_delta.annotate(note, (d + h, y), xytext=(4, -4), textcoords="offset points",
+                              fontsize="small" if table.has_rounds else 12)
         if row.is_baseline:
             ax_delta.annotate("baseline", (0.0, y), xytext=(4, -4), textcoords="offset points", fontsize="small")
     _variant_axis(ax_delta, table, labels, named=bool(table.extra_lengths))
     ax_delta.set_xlabel("Δ accuracy to the baseline (points)")
-    ax_delta.set_title("Δ with its 95% CI (* p<0.05, ** p<0.01, Holm)", fontsize="medium")
+    if table.has_rounds:  # the band a difference is equivalent within
+        ax_delta.axvspan(-table.rounds.mde, table.rounds.mde, color="tab:green", alpha=0.08, linewidth=0)
+    ax_delta.set_title("Δ with its repeated CI (verdicts; band: ±mde)" if table.has_rounds
+                       else "Δ with its 95% CI (* p<0.05, ** p<0.01, Holm)", fontsize="medium")
 
     for attr, name, marker, color in (("speed_ratio", f"speed ({table.speed_source})", "s", "tab:green"),
                                        ("memory_ratio", "peak memory", "^", "tab:purple")):

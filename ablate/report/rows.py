@@ -16,12 +16,15 @@ import re
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ablate.record import CurvePoint, Record
 from ablate.report.record_fields import early_stops_of, history_of, seed_of, task_of
 from ablate.report.stats import Comparison, RoundRatios, finite, mark, mean, std
 from ablate.sweep import split_override_string, variant_key
+
+if TYPE_CHECKING:
+    from ablate.sequential import Verdict
 
 STATUSES = ("ok", "diverged", "failed", "interrupted", "running")
 
@@ -63,6 +66,11 @@ class Row:
     p_value: float | None = None               # the test's own p
     p_corrected: float | None = None           # Holm–Bonferroni across the table's comparisons
     n_paired: int | None = None                # seeds both rows have (paired test)
+    baseline_key: str | None = None            # the variant key of the baseline it was compared with
+    seed_diffs: dict[Any, float] = field(default_factory=dict)  # seed -> accuracy - the baseline's (seeds both have)
+    # seed=auto (sweep.json's rounds): the group-sequential verdict of that comparison
+    # (``comparisons.decide_rounds``); its Δ interval is then the verdict's repeated CI, and it has no p
+    verdict: "Verdict | None" = None
     # from the newer record keys, where present
     steps: float | None = None                 # mean metrics.steps of the ok runs
     flops_per_token: float | None = None
@@ -113,6 +121,16 @@ class Row:
     def compare(self, cmp: Comparison) -> None:
         self.delta, self.delta_ci_low, self.delta_ci_high = cmp.delta, cmp.ci_low, cmp.ci_high
         self.p_value, self.n_paired = cmp.p_value, cmp.n
+
+    def decide(self, verdict: "Verdict") -> None:
+        """The comparison decided in rounds of seeds: Δ and its interval become the verdict's (the
+        mean paired difference where it stopped, the repeated CI), and the fixed-seed p-values go: they
+        are not valid when seeds are added until a comparison is decided."""
+        self.verdict = verdict
+        if verdict.delta is not None:
+            self.delta = verdict.delta
+        self.delta_ci_low, self.delta_ci_high = verdict.ci_low, verdict.ci_high
+        self.p_value = self.p_corrected = None
 
 
 def label_of(ov: dict[str, str], labels: dict[str, str]) -> str:

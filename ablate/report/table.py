@@ -21,7 +21,11 @@
   ``config.seed``), or Welch's test (``test="welch"``);
 * the rows chosen and ordered (``rows=[...]``); the p-values of the comparisons shown are then
   Holm–Bonferroni-corrected and the marks (``*`` p<0.05, ``**`` p<0.01) use the corrected p
-  (the baselines and comparisons: ``comparisons``).
+  (the baselines and comparisons: ``comparisons``);
+* a sweep whose seeds ran in rounds (``seed=auto``: the plan's ``rounds``): instead of the
+  correction, each comparison shown decided (``comparisons.decide_rounds``): different,
+  equivalent within ±mde or undecided, on the seeds it used, with its repeated CI as the Δ
+  interval and no p (``ablate.report.rounds.round_state`` hands the same verdicts to the sweeper).
 
 The columns and the pivot default to the experiment's ``columns`` / ``rows``. What the table
 prints in words (its caption) is ``caption``'s; the rows are the variants of ``ablate.sweep`` (one
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
 from ablate.report.caption import RECORDS_SPEED_NOTE, CaptionText, bench_speed_note
-from ablate.report.comparisons import compare_with_baselines, correct, mark_baselines
+from ablate.report.comparisons import compare_with_baselines, correct, decide_rounds, mark_baselines, rounds_run
 from ablate.report.finetune_rows import build_finetune_table, has_finetunes
 from ablate.report.ladder import N_BOOT, NotALadder, build_ladder, is_ladder
 from ablate.report.layout import Figure, RunPlace, TableLayout
@@ -50,7 +54,11 @@ from ablate.report.rows import (STATUSES, Row, label_of, resolve_baseline, resol
 from ablate.report.stats import SIGNIFICANCE_TESTS, TESTS
 from ablate.report.table_columns import Column, Field, flat_columns, flat_fields
 from ablate.report.tuned import add_default_lr_runs, final_runs
-from ablate.sweep import design_keys, group_by_variant, override_key, Tuning, variant_key, variants
+from ablate.sweep import Rounds, design_keys, group_by_variant, override_key, Tuning, variant_key, variants
+
+#: what wandb records as a rounds table's test (``significance_test``)
+ROUNDS_TEST = ("group-sequential repeated CIs of the paired differences over seeds (seeds run in rounds), "
+               "Holm across the comparisons: different, equivalent within ±mde, or undecided")
 
 # Row, STATUSES and the row lookups are ``rows``'; they are imported from here too (ablate.report, formats).
 __all__ = ["STATUSES", "Row", "SweepTable", "build_table", "resolve_baseline", "resolve_rows", "split_rows"]
@@ -88,6 +96,7 @@ class SweepTable(CaptionText):
     column_labels: dict[str, str] = field(default_factory=dict)
     budget: SweepBudget | None = None            # record.budget of the runs (what was matched)
     tune: Tuning | None = None                    # sweep.json's tune block, for a tuned sweep
+    rounds: Rounds | None = None                  # sweep.json's rounds block: seeds run in rounds (seed=auto)
     early_fraction: float | None = 0.25           # eval.early_fraction of the runs (None: they differ)
     early_stops: EarlyStops = field(default_factory=EarlyStops)  # ok runs an EarlyStopping ended early
     baseline_shown: bool = True                  # False when the rows chosen leave the baseline out
@@ -97,7 +106,7 @@ class SweepTable(CaptionText):
 
     @property
     def significance_test(self) -> str:
-        return SIGNIFICANCE_TESTS[self.test]
+        return ROUNDS_TEST if self.has_rounds else SIGNIFICANCE_TESTS[self.test]
 
     @property
     def pivoted(self) -> bool:
@@ -141,6 +150,16 @@ class SweepTable(CaptionText):
         return self.tune is not None
 
     @property
+    def has_rounds(self) -> bool:
+        """Whether the seeds ran in rounds: the comparisons are verdicts, with no p-values."""
+        return self.rounds is not None
+
+    @property
+    def rounds_run(self) -> int | None:
+        """The rounds its verdicts were decided over (``comparisons.rounds_run``); None without rounds."""
+        return rounds_run(self.rounds) if self.rounds is not None else None
+
+    @property
     def has_histories(self) -> bool:
         return any(r.histories for r in self.flat)
 
@@ -169,13 +188,21 @@ class SweepTable(CaptionText):
         return {"png": "ablation_plot", "curves": "learning_curves", "lr": "lr_sweep"}.get(name, name)
 
     def wandb_config(self) -> dict[str, Any]:
-        return {"speed_source": self.speed_source, "metric": self.metric, "significance_test": self.significance_test,
-                "eval_lengths": self.eval_lengths, "test": self.test, "columns": self.columns_key, "tuned": self.tuned}
+        config = {"speed_source": self.speed_source, "metric": self.metric,
+                  "significance_test": self.significance_test, "eval_lengths": self.eval_lengths, "test": self.test,
+                  "columns": self.columns_key, "tuned": self.tuned}
+        if self.rounds is not None:
+            config["rounds"] = rounds_config(self.rounds)
+        return config
 
     def wandb_summary(self) -> dict[str, Any]:
-        return {"speed_source": self.speed_source, "speed_note": self.speed_note, "metric": self.metric,
-                "significance_test": self.significance_test, "concurrent_jobs": (self.sharing or {}).get("jobs", 1),
-                "n_comparisons": self.n_comparisons, "columns": self.columns_key}
+        summary = {"speed_source": self.speed_source, "speed_note": self.speed_note, "metric": self.metric,
+                   "significance_test": self.significance_test,
+                   "concurrent_jobs": (self.sharing or {}).get("jobs", 1),
+                   "n_comparisons": self.n_comparisons, "columns": self.columns_key}
+        if self.rounds is not None:
+            summary.update(rounds_summary(self))
+        return summary
 
     def run_place(self, variant: dict[str, str]) -> RunPlace:
         column = variant.get(self.columns_key, "default") if self.pivoted else ""
@@ -262,7 +289,8 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
     wanted = _wanted_rows(rows, exp.get("rows"), shown)
     if wanted:
         shown = resolve_rows(wanted, shown, strict=rows is not None) or shown
-    n_comparisons = correct(shown, col_key)
+    seed_rounds = _rounds(sweep)
+    n_comparisons = decide_rounds(shown, col_key, seed_rounds) if seed_rounds else correct(shown, col_key)
 
     return SweepTable(
         rows=shown, baseline=base_label, baseline_key=base.key, metric=_table_metric(flat, records),
@@ -274,7 +302,7 @@ def build_table(records: list[Record] | LoadedSweep, baseline: str | None = None
         smoke=smoke_of(records), sharing=sharing_of(records), test=test, n_comparisons=n_comparisons,
         columns_key=col_key, column_values=values,
         column_labels={v: label_of({col_key: v}, exp["labels"]) for v in values} if col_key else {},
-        budget=budget_of(records), tune=tune, early_fraction=early_fraction_of(records),
+        budget=budget_of(records), tune=tune, rounds=seed_rounds, early_fraction=early_fraction_of(records),
         early_stops=early_stops_of(records), baseline_shown=any(r.is_baseline for r in shown), sweep=sweep,
     )
 
@@ -295,6 +323,11 @@ def _tuning(sweep: LoadedSweep) -> Tuning | None:
     """The ``tune`` block of the sweep's plan (None for untuned sweeps)."""
     tune = sweep.plan.tune if sweep.plan is not None else None
     return tune if tune is not None and tune.lr else None
+
+
+def _rounds(sweep: LoadedSweep) -> Rounds | None:
+    """The ``rounds`` block of the sweep's plan (None for a fixed-seed sweep)."""
+    return sweep.plan.rounds if sweep.plan is not None else None
 
 
 def _lengths(records: list[Record]) -> tuple[list[int], int | None, list[int] | None]:
@@ -386,3 +419,29 @@ def _speeds(bench: dict | None, swept: set[str], flat: list[Row]) -> tuple[str, 
                 row.tokens_per_s, row.speed_rounds = speeds.get(row.key), rounds_of.get(row.key, [])
             return "bench", bench_speed_note(rounds), rounds
     return "records", RECORDS_SPEED_NOTE, None
+
+
+# ---------------------------------------------------------------------------------------------
+# A rounds table on wandb
+# ---------------------------------------------------------------------------------------------
+
+def rounds_config(rounds: Rounds) -> dict[str, Any]:
+    """The design of a sweep's rounds, as the table run's config records it."""
+    return {"looks": list(rounds.looks()), "run": rounds.run, "mde": rounds.mde, "alpha": rounds.alpha,
+            "spending": rounds.spending, "min_seeds": rounds.min_seeds, "max_seeds": rounds.max_seeds,
+            "round_seeds": rounds.round_seeds}
+
+
+def rounds_summary(table: SweepTable) -> dict[str, Any]:
+    """What a grouped run table sorts on: per comparison ``rounds/<variant key>/verdict``, ``.../seeds``
+    and ``.../at_cap``, and how many comparisons are each verdict (``rounds/different``, ...)."""
+    out: dict[str, Any] = {"rounds/run": table.rounds_run, "rounds/looks": len(table.rounds.looks())}
+    verdicts = [r.verdict for r in table.flat if r.verdict is not None]
+    for name in ("different", "equivalent", "undecided"):
+        out[f"rounds/{name}"] = sum(v.verdict == name for v in verdicts)
+    for row in table.flat:
+        if row.verdict is not None:
+            out[f"rounds/{row.key}/verdict"] = row.verdict.verdict
+            out[f"rounds/{row.key}/seeds"] = row.verdict.n
+            out[f"rounds/{row.key}/at_cap"] = row.verdict.at_cap
+    return out

@@ -11,6 +11,11 @@ then the ``OPTIONAL_CSV_COLUMNS`` the records support, then ``acc@L`` and ``acc@
 evaluated length when more than one was evaluated (``csv_columns``). Its ``metric`` column is
 each row's own metric (tasks' metrics can differ). A pivoted table (``SweepTable.columns_key``)
 has one accuracy column per value of that key and ``avg``.
+
+A sweep whose seeds ran in rounds (``SweepTable.has_rounds``) shows each comparison's verdict
+instead of the marks: a ``verdict`` and a ``seeds`` column (pivoted: a ``V verdict`` column per
+value), Δ with its repeated CI, and in the CSV the ``rounds`` columns (pivoted ``V_verdict``, ...),
+its ``p_value`` and ``p_corrected`` kept, empty.
 """
 
 from __future__ import annotations
@@ -85,6 +90,10 @@ _OPTIONAL_FIELDS: dict[str, list[Field]] = {
               ("flops_ratio", lambda t, r: r.flops_ratio)],
     "losses": [("early_loss", lambda t, r: r.early_loss), ("final_loss", lambda t, r: r.final_loss)],
     "tune": [("lr", lambda t, r: r.lr), ("delta_default_lr", lambda t, r: r.delta_default_lr)],
+    "rounds": [("verdict", lambda t, r: _verdict_field(r, "verdict")), ("seeds", lambda t, r: _verdict_field(r, "n")),
+               ("verdict_round", lambda t, r: _verdict_field(r, "round")),
+               ("at_cap", lambda t, r: _verdict_field(r, "at_cap")),
+               ("verdict_level", lambda t, r: _verdict_field(r, "level"))],
 }
 OPTIONAL_CSV_COLUMNS = {group: [name for name, _ in fields] for group, fields in _OPTIONAL_FIELDS.items()}
 
@@ -96,6 +105,7 @@ _CELL_FIELDS: list[tuple[str, Callable[[Row], Any]]] = [
     ("_p_corrected", lambda r: r.p_corrected),
 ]
 _TUNED_CELL_FIELDS = [("_lr", lambda r: r.lr), ("_delta_default_lr", lambda r: r.delta_default_lr)]
+_ROUNDS_CELL_FIELDS = [(f"_{name}", lambda r, get=get: get(None, r)) for name, get in _OPTIONAL_FIELDS["rounds"]]
 _PIVOT_TAIL: list[Field] = [
     ("avg", lambda t, r: r.avg), ("status", lambda t, r: r.status), ("n_ok", lambda t, r: r.n),
     ("n_diverged", lambda t, r: _count(r, "diverged")), ("n_failed", lambda t, r: _count(r, "failed")),
@@ -103,6 +113,11 @@ _PIVOT_TAIL: list[Field] = [
     ("metric", lambda t, r: r.metric or t.metric), ("overrides", lambda t, r: r.key),
     ("is_baseline", lambda t, r: r.is_baseline),
 ]
+
+
+def _verdict_field(row: Row, name: str) -> Any:
+    """A field of the row's verdict (``ablate.sequential.Verdict``); None for a row without one."""
+    return None if row.verdict is None else getattr(row.verdict, name)
 
 
 def _cell_getter(value: str, get: Callable[[Row], Any]) -> Callable[[SweepTable, Row], Any]:
@@ -123,11 +138,13 @@ def flat_fields(t: SweepTable) -> list[Field]:
     if t.pivoted:
         fields: list[Field] = [_BASE_FIELDS[0]]
         for v in t.column_values:
-            for suffix, get in _CELL_FIELDS + (_TUNED_CELL_FIELDS if t.tuned else []):
+            for suffix, get in (_CELL_FIELDS + (_TUNED_CELL_FIELDS if t.tuned else [])
+                                + (_ROUNDS_CELL_FIELDS if t.has_rounds else [])):
                 fields.append((f"{v}{suffix}", _cell_getter(v, get)))
         return fields + _PIVOT_TAIL
     fields = list(_BASE_FIELDS)
-    for group, present in (("flops", t.has_flops), ("losses", t.has_losses), ("tune", t.tuned)):
+    for group, present in (("flops", t.has_flops), ("losses", t.has_losses), ("tune", t.tuned),
+                           ("rounds", t.has_rounds)):
         if present:
             fields += _OPTIONAL_FIELDS[group]
     for L in t.length_columns:
@@ -178,6 +195,25 @@ def _delta(row: Row, ci: bool = True) -> str:
     return text
 
 
+def verdict_text(row: Row) -> str:
+    """A comparison's verdict in words: ``different``, ``equivalent``, ``undecided`` or, after the
+    last round, ``undecided at the cap``; ``–`` for a row without one (the baseline)."""
+    v = row.verdict
+    if v is None or row.is_baseline:
+        return DASH
+    return "undecided at the cap" if v.verdict == "undecided" and v.at_cap else v.verdict
+
+
+def _seeds(row: Row) -> str:
+    """The seeds a comparison's verdict rests on."""
+    return DASH if row.verdict is None or row.is_baseline else str(row.verdict.n)
+
+
+def _cell_verdict(row: Row) -> str:
+    """A pivoted cell's verdict and its seeds: ``different (3 seeds)``."""
+    return DASH if row.verdict is None or row.is_baseline else f"{verdict_text(row)} ({_seeds(row)} seeds)"
+
+
 def _loss(value: float | None) -> str:
     return DASH if value is None else f"{value:.3f}"
 
@@ -219,6 +255,11 @@ def flat_columns(t: SweepTable) -> list[Column]:
                         else DASH,
                         mark=lambda r, v=v: r.cells[v].mark if v in r.cells else "", role=HEADLINE)
                  for v in t.column_values]
+        if t.has_rounds:  # each cell's comparison: its verdict beside it, in place of the marks
+            cells = [c for v, cell in zip(t.column_values, cells)
+                     for c in (cell, Column(f"{t.column_label(v)} verdict",
+                                            lambda r, x, v=v: _cell_verdict(r.cells[v]) if v in r.cells else DASH,
+                                            left=True, role=HEADLINE))]
         return [variant, *cells, Column("avg (%)", lambda r, x: _pct(r.avg, None), role=HEADLINE), runs]
     acc = f"acc@{t.train_length} (%)" if t.extra_lengths and t.train_length else "accuracy (%)"
     cols = [variant, Column(acc, lambda r, x: _pct(r.accuracy_mean, r.accuracy_std), mark=lambda r: r.mark,
@@ -226,7 +267,12 @@ def flat_columns(t: SweepTable) -> list[Column]:
     cols += [Column(f"acc@{L} (%)", lambda r, x, L=L: _pct(*r.eval.get(L, (None, None))), role=PAPER)
              for L in t.extra_lengths]
     at = " @ tuned lr" if t.tuned else ""
-    cols.append(Column(f"Δ{at} (pts, 95% CI)", lambda r, x: _delta(r), role=HEADLINE))
+    if t.has_rounds:  # the verdict, on the seeds it used, and Δ with the interval valid under the stopping
+        cols += [Column("verdict", lambda r, x: verdict_text(r), left=True, role=HEADLINE),
+                 Column("seeds", lambda r, x: _seeds(r), role=HEADLINE),
+                 Column(f"Δ{at} (pts, repeated CI)", lambda r, x: _delta(r), role=HEADLINE)]
+    else:
+        cols.append(Column(f"Δ{at} (pts, 95% CI)", lambda r, x: _delta(r), role=HEADLINE))
     if t.tuned:
         cols += [Column("Δ @ default lr (pts)",
                         lambda r, x: DASH if r.delta_default_lr is None or r.is_baseline
