@@ -35,8 +35,8 @@ with imports_untraced():  # torch and the model: most of what `ablate` and a job
     from ablate.model import (MODEL_GROUPS, ModelSettings, assemble, parametrize_mup, attention, ffn, init, norms,
                               patterns, positions)
     from ablate.model.seq2seq import SEQ2SEQ_ARCHS, Seq2SeqLayout, resolved_arch
-from ablate.settings import (OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
-                             FinetuneSettings, LoggerSettings, Seed, TuneSettings)
+from ablate.settings import (AUTO_SEED, OPTIMIZED_METRICS, BudgetSettings, CheckpointSettings, EvalSettings, ExperimentSettings,
+                             FinetuneSettings, LoggerSettings, Seed, StatsSettings, TuneSettings)
 
 #: every config group (a ``defaults`` entry of conf/config.yaml, an option per YAML): the model's
 #: components in build order, then the run's; ``ablate --list`` shows them in this order
@@ -44,7 +44,7 @@ CONFIG_GROUPS = (*MODEL_GROUPS, "task", "optim", "trainer", "logger", "callbacks
 #: the top-level keys of a composed config; any other is refused (a key nothing reads)
 ROOT_KEYS = ("seed", "smoke", "optimized_metric", "model", "eval", "budget", "tune", "checkpoint", "measure", *CONFIG_GROUPS)
 #: top-level keys a config may leave out (a config tree from before them)
-OPTIONAL_ROOT_KEYS = ("finetune",)
+OPTIONAL_ROOT_KEYS = ("finetune", "stats")
 
 
 class ConfigError(ValueError):
@@ -298,7 +298,10 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
                 for key in cfg if key not in ROOT_KEYS + OPTIONAL_ROOT_KEYS and key != "hydra"]
     problems += [f"{key} is missing from the config" for key in ROOT_KEYS if key not in cfg]
     seed = value_problem(cfg.get("seed"), Seed)
-    if seed:
+    if cfg.get("seed") == AUTO_SEED:
+        problems.append(f"seed={AUTO_SEED} runs a sweep's seeds in rounds, deciding each comparison with its baseline "
+                        "(stats.*); it needs a sweep of variants: ablate -m <key>=<a>,<b> seed=auto stats.mde=1.0")
+    elif seed:
         problems.append(f"seed={cfg.get('seed')!r} {seed}")
     if not isinstance(cfg.get("smoke", False), bool):
         problems.append(f"smoke={cfg.get('smoke')!r} must be true or false")
@@ -307,7 +310,7 @@ def _node_problems(cfg: Mapping[str, Any]) -> list[str]:
     for name, schema in (("model", ModelSettings), ("optim", OptimSettings), ("measure", MeasureSettings),
                          ("logger", LoggerSettings), ("experiment", ExperimentSettings), ("eval", EvalSettings),
                          ("budget", BudgetSettings), ("tune", TuneSettings), ("checkpoint", CheckpointSettings),
-                         ("finetune", FinetuneSettings)):
+                         ("finetune", FinetuneSettings), ("stats", StatsSettings)):
         if name in cfg:
             problems += _guarded(name, lambda: _schema(name, schema, cfg[name]))
     if "trainer" in cfg:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from ablate.settings import RunSettings
+from ablate.settings import AUTO_SEED, RunSettings
 
 #: the launchers a sweep may name, by the end of their ``hydra.launcher._target_``
 LAUNCHERS = (("BasicLauncher", "basic"), ("JoblibLauncher", "joblib"),
@@ -45,6 +45,8 @@ def ablate_sweeper_settings(cfg: DictConfig) -> list[str]:
         found.append(f"tune.lr={list(settings.tune.lr)}")
     if settings.finetune.tasks:
         found.append(f"finetune.tasks={list(settings.finetune.tasks)}")
+    if cfg.get("seed") == AUTO_SEED:
+        found.append(f"seed={AUTO_SEED}")
     return found
 
 
@@ -54,5 +56,5 @@ def sweeper_refusal(cfg: DictConfig, sweeper: str) -> str | None:
     if not found:
         return None
     return (f"{', '.join(found)}: only ablate's sweeper can run this (it plans design rows, budgets, "
-            f"tuning and fine-tune stages before launching); drop hydra/sweeper={sweeper} to use it (hydra/sweeper=ablate, "
+            f"tuning, fine-tune stages and seed rounds before launching); drop hydra/sweeper={sweeper} to use it (hydra/sweeper=ablate, "
             "the default), or remove these settings")

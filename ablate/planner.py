@@ -37,11 +37,11 @@ from omegaconf import DictConfig, OmegaConf
 from ablate.components import value_problem
 from ablate.config import config_problems
 from ablate.launchers import launcher_kind, sweeper_refusal
-from ablate.settings import RunSettings, Seed, apply_smoke
+from ablate.settings import AUTO_SEED, RunSettings, Seed, apply_smoke
 from ablate.finetune import finetune_jobs
 from ablate.finetune_plan import check_finetune, plan_finetune
 from ablate.tuning import LR_KEY, no_seed, tuning_jobs
-from ablate.sweep import (SIZE_KEYS, Budget, SweepPlan, Tuning, design_keys, design_rows, expand_sweep,
+from ablate.sweep import (SIZE_KEYS, Budget, Rounds, SweepPlan, Tuning, design_keys, design_rows, expand_sweep,
                           job_signature, job_value, job_variant, override_key,
                           split_override_string, swept_keys)
 
@@ -201,14 +201,14 @@ class Planner:
                              "Nothing was trained.")
         design = self._design()
         try:
-            definition = self._design_jobs(product, design)
+            definition, rounds = self._rounds(self._design_jobs(product, design))
             named = design_keys(design) if design else []
             swept = named + [k for k in swept_keys(definition) if k != LR_KEY and k not in named]
             tune = self._tuning(definition)
             definition, finetune, self._codec = plan_finetune(self.settings.finetune, self.compose, definition, swept)
         except ValueError as error:
             raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
-        ladder = self._ladder_refusal(swept)
+        ladder = self._ladder_refusal(swept) or self._rounds_refusal(rounds, swept, finetune)
         if ladder:
             raise SweepError(f"this sweep cannot run: {ladder}. Nothing was trained.")
         first = tuning_jobs(definition, swept, tune) if tune else definition
@@ -235,7 +235,51 @@ class Planner:
             except ValueError as error:
                 raise SweepError(f"this sweep cannot run: {error}. Nothing was trained.") from error
             first = tuning_jobs(definition, swept, tune) if tune else definition
-        return SweepPlan(swept=swept, jobs=first, definition=definition, budget=budget, tune=tune, finetune=finetune)
+        if rounds is not None and tune is None:  # the first round; the sweeper adds the others as they are needed
+            first = [job for job in first if int(job_value(job, "seed")) < rounds.looks()[0]]
+        return SweepPlan(swept=swept, jobs=first, definition=definition, budget=budget, tune=tune, finetune=finetune,
+                         rounds=rounds)
+
+    def _rounds(self, jobs: list[list[str]]) -> tuple[list[list[str]], Rounds | None]:
+        """``seed=auto``: each job once per seed up to ``stats.max_seeds`` (the most the rounds can run;
+        the sweeper launches them round by round), and the rounds' settings; else the jobs as they are."""
+        seeds = [job_value(job, "seed") for job in jobs]
+        if AUTO_SEED not in seeds:
+            return jobs, None
+        if set(seeds) != {AUTO_SEED}:
+            given = sorted({s for s in seeds if s != AUTO_SEED and s is not None})
+            raise ValueError(f"seed={AUTO_SEED} lets the sweep choose the seeds, in rounds; it cannot be swept with "
+                             f"explicit seeds ({', '.join(given) or 'the config seed'}): give seed={AUTO_SEED} alone, "
+                             "or a list of seeds (seed=0,1,2) for a fixed design")
+        stats = self.settings.stats
+        if stats.mde is None:
+            raise ValueError(f"seed={AUTO_SEED} decides each comparison with its baseline as different, or "
+                             "equivalent within the smallest effect you care about, which it needs: set stats.mde "
+                             "in accuracy points, e.g. stats.mde=1.0")
+        rounds = Rounds(min_seeds=stats.min_seeds, max_seeds=stats.max_seeds, round_seeds=stats.round_seeds,
+                        mde=float(stats.mde), alpha=stats.alpha, spending=stats.spending, power=stats.power, run=1)
+        return [[o for o in job if override_key(o) != "seed"] + [f"seed={seed}"]
+                for job in jobs for seed in range(rounds.max_seeds)], rounds
+
+    def _rounds_refusal(self, rounds: Rounds | None, swept: list[str], finetune: Any) -> str | None:
+        """What seed rounds cannot decide: a sweep of one variant (nothing to compare), a scale ladder
+        (its answer is a compute multiplier per rung and a trend, not one paired difference), a
+        fine-tune stage (not yet: it would decide on the downstream average, per pretraining seed)."""
+        if rounds is None:
+            return None
+        if not [k for k in swept if k != "seed"]:
+            return (f"seed={AUTO_SEED} decides comparisons of variants with a baseline, and this sweep has one "
+                    "variant; sweep a key with two values or more (e.g. qkv_sharing=independent,qk_shared)")
+        if self.settings.experiment.ladder != "off" and any(k in swept for k in SIZE_KEYS):
+            return (f"seed={AUTO_SEED} decides paired differences row by row, but a sweep over model size is a scale "
+                    "ladder, whose answer is each rung's compute multiplier and its trend (with bootstrap intervals "
+                    "over seeds); run a ladder with fixed seeds (seed=0,1,2), or set experiment.ladder=off to decide "
+                    "each size's rows as a flat table")
+        if finetune is not None:
+            return (f"seed={AUTO_SEED} with finetune.tasks is not supported yet (the rounds would be pretraining seeds, "
+                    "decided on the downstream average); give fixed seeds (seed=0,1,2) for a pretrain-then-fine-tune "
+                    "sweep")
+        return None
 
     def _refused_settings(self) -> str | None:
         if self.sweeper == "ablate":

@@ -52,7 +52,12 @@ from ablate.record import RESULT_FILE, Record, read_record
 from ablate.console import duration_text
 from ablate.pace import SweepEstimate
 from ablate.step_times import LOADED_SHARE, loaded
-from ablate.sweep import SweepPlan, job_signature
+from ablate.power import PowerAdvice, power_advice
+from ablate.seed_rounds import seed_round
+from ablate.sweep import Rounds, SweepPlan, job_signature
+
+#: the status of a later round's job in ``--plan``: it runs only if its comparison is undecided then
+LATER_ROUND = "round"
 
 # Measured with `ablate -m experiment=pos_enc pos_enc=sinusoidal,rope,alibi seed=0 trainer.max_steps=300`
 # on this 2-core machine: a record's wall_time_s - steps x median step time was 3.1-3.2 s (5.3 s for
@@ -136,6 +141,8 @@ class Preview:
     keys: dict[str, str] = field(default_factory=dict)       # variant -> its step-time cache key (ablate.step_times)
     retimed: str | None = None     # --plan timed every variant now: earlier step times disagreed with the FLOPs
     flops_note: str | None = None  # the start line's: earlier step times disagree with the FLOPs (not re-timed)
+    rounds: Rounds | None = None   # seed=auto: the rounds (the jobs of rounds after the first: status "round k")
+    power: PowerAdvice | None = None  # with stats.mde: the seeds each comparison needs (ablate.power)
 
     @property
     def step_times(self) -> dict[str, float]:
@@ -197,6 +204,7 @@ def preview(planner: Planner, plan: SweepPlan, sweep_dir: str | Path, time_steps
     for job in result.jobs:
         cost = planner.cost(_rate_unset(job.overrides))
         job.flops = job.steps * cost["tokens_per_step"] * cost["flops_per_token"]
+    result.power = power_advice(planner, plan, sweep_dir)
     return result
 
 
@@ -210,6 +218,7 @@ def start(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> tuple[str
     or timings of every variant still to run say (nothing is timed: a sweep starts at once); and that
     estimate, which the sweep's jobs check their steps against (``ablate.pace``; None without one)."""
     shown = _planned(planner, plan, Path(sweep_dir))
+    shown.jobs = [job for job in shown.jobs if not job.status.startswith(LATER_ROUND)]  # seed=auto: round 1 only
     _estimate(planner, plan, shown, time_steps=False)
     return _start_text(shown, planner), (SweepEstimate(
         at=time.time(), seconds=shown.seconds, jobs=len(shown.to_run),
@@ -220,6 +229,8 @@ def start(planner: Planner, plan: SweepPlan, sweep_dir: str | Path) -> tuple[str
 def _start_text(shown: Preview, planner: Planner) -> str:
     done = len(shown.jobs) - len(shown.to_run)
     line = f"[ablate] {len(shown.jobs)} jobs ({done} already done)"
+    if shown.rounds is not None:
+        line = f"[ablate] round 1 of at most {len(shown.rounds.looks())}: {len(shown.jobs)} jobs ({done} already done)"
     if not shown.to_run:
         return line + ", nothing left to run"
     if shown.estimated:
@@ -236,14 +247,24 @@ def _planned(planner: Planner, plan: SweepPlan, sweep_dir: Path) -> Preview:
     jobs = [PlannedJob(num, job, int(planner.compose(job).trainer.max_steps), job_status(sweep_dir, job),
                        plan.variant(job) or "defaults") for num, job in enumerate(plan.jobs)]
     for job in final_stage(plan):  # the sweeper's own list of a tuned sweep's final runs
+        later = plan.rounds is not None and seed_round(plan.rounds, job) > 1
         jobs.append(PlannedJob(len(jobs), job, int(planner.compose(_rate_unset(job)).trainer.max_steps),
-                               "after tuning", plan.variant(job) or "defaults"))
+                               f"{LATER_ROUND} {seed_round(plan.rounds, job)}" if later else "after tuning",
+                               plan.variant(job) or "defaults"))
+    if plan.rounds is not None and plan.tune is None:  # the later rounds' jobs: each runs if its row is undecided
+        listed = {job_signature(job) for job in plan.jobs}
+        for job in plan.definition:
+            if job_signature(job) not in listed:
+                status = job_status(sweep_dir, job)
+                jobs.append(PlannedJob(len(jobs), job, int(planner.compose(job).trainer.max_steps),
+                                       "done" if status == "done" else f"{LATER_ROUND} {seed_round(plan.rounds, job)}",
+                                       plan.variant(job) or "defaults"))
     for job in finetune_stage(plan):  # the sweeper's own list of the fine-tunes, after the pretraining
         cfg = planner.compose(job)
         jobs.append(PlannedJob(len(jobs), job, int(cfg.trainer.max_steps), job_status(sweep_dir, job),
                                f"{plan.variant(job) or 'defaults'} -> {cfg.task.name}", stage="finetune"))
     return Preview(sweep_dir, jobs, directory_conflict(sweep_dir, plan),
-                   rate_from=dict(plan.tune.transfer) if plan.tune is not None else {})
+                   rate_from=dict(plan.tune.transfer) if plan.tune is not None else {}, rounds=plan.rounds)
 
 
 def _rate_unset(job: list[str]) -> list[str]:
@@ -421,8 +442,11 @@ def render(plan: Preview) -> str:
                         "smallest rung (tune.rungs=smallest)" if plan.rate_from else ""))
     if any(job.stage == "finetune" for job in plan.jobs):
         lines += _stage_lines(plan)
+    if plan.rounds is not None:
+        lines += _round_lines(plan)
     todo = plan.to_run
-    lines.append(f"to run: {len(todo)} job(s), {plan.steps_to_run:,} training steps; done already: "
+    lines.append(f"to run: {'at most ' if plan.rounds is not None else ''}{len(todo)} job(s), "
+                 f"{plan.steps_to_run:,} training steps; done already: "
                  f"{len(plan.jobs) - len(todo)} (a relaunch into this directory skips them)")
     if todo and plan.estimates:
         low, high = plan.seconds_range
@@ -439,7 +463,71 @@ def render(plan: Preview) -> str:
                      f"length) and ~{JOB_GAP_S:g} s between jobs")
     if plan.parallel > 1 and todo:
         lines.append("  (steps were timed one variant at a time: jobs sharing the cores may step slower)")
+    if plan.power is not None:
+        lines += _power_lines(plan)
     return "\n".join(lines)
+
+
+def _jobs_seconds(plan: Preview, jobs: list[PlannedJob]) -> float | None:
+    """The seconds ``jobs`` take here (``parallel`` at once), or None where one has no estimate."""
+    if not all(j.seconds is not None for j in jobs if j.runs):
+        return None
+    return sum(j.seconds for j in jobs if j.runs) / plan.parallel
+
+
+def _round_lines(plan: Preview) -> list[str]:
+    """``seed=auto``: the first round, then what the later rounds can add at most, with their time."""
+    rounds, looks = plan.rounds, plan.rounds.looks()
+    first = [j for j in plan.jobs if not j.status.startswith(LATER_ROUND)]
+    later = [j for j in plan.jobs if j.status.startswith(LATER_ROUND)]
+
+    def timed(jobs: list[PlannedJob]) -> str:
+        seconds = _jobs_seconds(plan, jobs)
+        return f", about {duration_text(seconds)} here" if seconds is not None and jobs else ""
+
+    return [f"  seeds in rounds (seed=auto, stats.mde={rounds.mde:g} points, alpha={rounds.alpha:g}, "
+            f"{rounds.spending.replace('_', '-')} spending): rounds at {', '.join(map(str, looks))} seeds",
+            f"    round 1: seeds 0-{looks[0] - 1} of every row: {len(first)} job(s), {sum(j.runs for j in first)} to "
+            f"run{timed(first)}",
+            f"    rounds 2-{len(looks)}: {rounds.round_seeds} more seeds each for the rows still undecided and their "
+            f"baselines ({LATER_ROUND} k above): at most {sum(j.runs for j in later)} job(s){timed(later)}; the "
+            f"sweep stops when every comparison is decided, or at {looks[-1]} seeds"] if len(looks) > 1 else \
+        [f"  seeds in rounds (seed=auto): one round of {looks[0]} seeds (stats.max_seeds = stats.min_seeds)"]
+
+
+def _power_lines(plan: Preview) -> list[str]:
+    """With ``stats.mde``: each comparison's seeds for the power asked, and what they cost here."""
+    advice = plan.power
+    lines = [f"power at stats.mde={advice.mde:g} accuracy points: paired seeds for {advice.power:.0%} power in a "
+             f"paired t-test at alpha={advice.alpha:g} over {len(advice.comparisons)} comparison(s) "
+             f"(Holm's first level, {advice.level:.3g}):"]
+    step = {j.variant: j for j in plan.jobs}
+    for entry in advice.comparisons:
+        name = f"  {entry.variant} vs {entry.baseline}"
+        if entry.spread is None:
+            first = plan.rounds.min_seeds if plan.rounds is not None else 2
+            pair = [step.get(entry.variant), step.get(entry.baseline)]
+            cost = (f"; {first} seeds of both rows cost about "
+                    f"{duration_text(first * sum(j.estimate.job_seconds(j.steps) for j in pair) / plan.parallel)} here"
+                    if all(j is not None and j.estimate for j in pair) else "")
+            lines.append(f"{name}: no spread of paired differences known for these settings (neither this sweep's "
+                         f"records nor an earlier sweep's here){cost}, and the first round measures it")
+            continue
+        spread = entry.spread
+        where = ("this sweep's records" if entry.from_records else
+                 f"{spread.source}, {duration_text(max(0.0, time.time() - spread.at))} old")
+        needed = (f"{entry.seeds} paired seeds" if entry.seeds is not None else "more seeds than it is sensible to run")
+        cost = ""
+        pair = [step.get(entry.variant), step.get(entry.baseline)]
+        if entry.seeds is not None and all(j is not None and j.estimate for j in pair):
+            cost = f" (about {duration_text(entry.seeds * sum(j.estimate.job_seconds(j.steps) for j in pair) / plan.parallel)} here for both rows)"
+        text = (f"{name}: sd of paired differences {100 * spread.sd:.2f} points over {spread.n} seeds ({where}): "
+                f"{needed}{cost}")
+        if entry.rounds_power is not None:
+            text += (f"; the rounds: {entry.rounds_power:.0%} power at the cap, {entry.rounds_seeds:.1f} seeds on "
+                     "average at that effect")
+        lines.append(text)
+    return lines
 
 
 def _stage_lines(plan: Preview) -> list[str]:

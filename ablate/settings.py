@@ -1,5 +1,5 @@
 """The settings classes of the config's plain run nodes (``logger``, ``experiment``, ``eval``,
-``budget``, ``checkpoint``, ``tune``, ``finetune``; ``model``'s, ``optim``'s and ``measure``'s live beside their code),
+``budget``, ``checkpoint``, ``tune``, ``finetune``, ``stats``; ``model``'s, ``optim``'s and ``measure``'s live beside their code),
 and what a smoke test (:func:`apply_smoke`) and an optimising sweeper (:func:`optimized_value`) read
 of a config. ``ablate.config`` checks a config against them.
 """
@@ -143,6 +143,33 @@ class TuneSettings:
         return []
 
 
+#: ``seed=auto``: the sweep chooses its seeds, in rounds (``stats.*``)
+AUTO_SEED = "auto"
+
+
+@dataclass
+class StatsSettings:
+    """The ``stats`` node: seeds in rounds (``seed=auto``: a first round for every row, then more
+    seeds only for the comparisons still undecided, up to a cap; ``ablate.sequential``) and the power
+    ``--plan`` states. ``mde``: the smallest effect of interest, in accuracy points (1.0 = one point)."""
+
+    mde: PositiveFloat | None = None
+    min_seeds: Annotated[int, Range(2)] = 3        # the first round's seeds (a paired spread needs two)
+    max_seeds: Annotated[int, Range(2, 1000)] = 10  # the cap: at most this many seeds for any row
+    round_seeds: PositiveInt = 2                   # seeds each later round adds
+    alpha: Annotated[float, Range(0, 0.5, low_open=True)] = 0.05   # family-wise, two-sided
+    power: Annotated[float, Range(0, 1, low_open=True, high_open=True)] = 0.8  # --plan's seeds for this power
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"  # the alpha-spending function of the rounds
+
+    @classmethod
+    def problems(cls, settings: Mapping[str, Any], context: Any = None) -> list[str]:
+        low, high = settings.get("min_seeds"), settings.get("max_seeds")
+        if isinstance(low, int) and isinstance(high, int) and high < low:
+            return [f"stats.max_seeds={high} is below stats.min_seeds={low} (the first round); the cap must be at "
+                    f"least the first round, e.g. stats.max_seeds={max(low, 10)}"]
+        return []
+
+
 FINETUNE_MODES = ("full", "probe")
 
 
@@ -232,6 +259,7 @@ class RunSettings:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     tune: TuneSettings = field(default_factory=TuneSettings)
     finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
+    stats: StatsSettings = field(default_factory=StatsSettings)
 
     @classmethod
     def of(cls, cfg: Any) -> "RunSettings":
@@ -240,7 +268,8 @@ class RunSettings:
                    budget=read_settings(BudgetSettings, cfg.get("budget")),
                    checkpoint=read_settings(CheckpointSettings, cfg.get("checkpoint")),
                    tune=read_settings(TuneSettings, cfg.get("tune")),
-                   finetune=read_settings(FinetuneSettings, cfg.get("finetune")))
+                   finetune=read_settings(FinetuneSettings, cfg.get("finetune")),
+                   stats=read_settings(StatsSettings, cfg.get("stats")))
 
 
 #: what a job may return to the sweeper (``optimized_metric``): a validation metric at the end of

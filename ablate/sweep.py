@@ -190,6 +190,43 @@ class FineTune:
 
 
 @dataclass
+class Rounds:
+    """``seed=auto``: a sweep's seeds run in rounds (``stats.*``). Every row runs the first round
+    (seeds ``0 .. min_seeds-1``); after each round each comparison with its baseline is decided
+    (``ablate.sequential.decide``), and the next round (``round_seeds`` more seeds, up to
+    ``max_seeds``) runs only the rows still undecided and their baselines. ``mde`` is the smallest
+    effect of interest in the headline metric's points (accuracy: 1.0 is one point, 0.01 as a
+    fraction). ``run``: rounds launched so far; ``verdicts``: after each round, what was decided
+    (variant -> ``{"verdict", "n", "round"}``), as the sweeper saw it."""
+
+    min_seeds: int
+    max_seeds: int
+    round_seeds: int
+    mde: float
+    alpha: float = 0.05
+    spending: str = "obrien_fleming"
+    power: float = 0.8
+    run: int = 0
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def looks(self) -> tuple[int, ...]:
+        """The seeds a comparison has after each round: ``(min, min + r, ..., max)``."""
+        looks = list(range(self.min_seeds, self.max_seeds, self.round_seeds)) + [self.max_seeds]
+        return tuple(dict.fromkeys(looks))
+
+    def round_of(self, seed: int) -> int:
+        """The round (1-based) that runs ``seed``."""
+        return next(k for k, n in enumerate(self.looks(), 1) if seed < n)
+
+    def design(self) -> Any:
+        """The statistical design of the rounds (``ablate.sequential.Design``), with ``mde`` as a
+        fraction (the records' accuracies are fractions)."""
+        from ablate.sequential import Design
+
+        return Design(looks=self.looks(), mde=self.mde / 100.0, alpha=self.alpha, spending=self.spending)
+
+
+@dataclass
 class SweepPlan:
     """A multirun, planned: what ``ablate.planner`` makes of a command line and ``sweep.json`` holds.
 
@@ -206,6 +243,7 @@ class SweepPlan:
     budget: Budget | None = None
     tune: Tuning | None = None
     finetune: FineTune | None = None
+    rounds: Rounds | None = None
 
     def variant(self, overrides: Iterable[str] | None) -> str:
         """A job's variant by name (``""`` for the defaults)."""
@@ -218,6 +256,8 @@ class SweepPlan:
             del data["tune"]  # an untuned sweep's file has no tune entry
         if self.finetune is None:
             del data["finetune"]  # nor a sweep without a fine-tune stage a finetune entry
+        if self.rounds is None:
+            del data["rounds"]  # nor a fixed-seed sweep a rounds entry
         path = Path(sweep_dir) / SWEEP_FILE
         write_json_atomic(path, data)
         return path
@@ -254,10 +294,12 @@ class SweepPlan:
         definition = _job_lists(data.get("definition")) if data.get("definition") is not None else jobs
         swept = [override_key(k) for k in data.get("swept") or swept_keys(definition)]
         budget, tune, finetune = data.get("budget"), data.get("tune"), data.get("finetune")
+        rounds = data.get("rounds")
         return cls(swept=swept, jobs=jobs, definition=definition,
                    budget=from_fields(Budget, budget) if isinstance(budget, dict) else None,
                    tune=from_fields(Tuning, tune) if isinstance(tune, dict) else None,
-                   finetune=from_fields(FineTune, finetune) if isinstance(finetune, dict) else None)
+                   finetune=from_fields(FineTune, finetune) if isinstance(finetune, dict) else None,
+                   rounds=from_fields(Rounds, rounds) if isinstance(rounds, dict) else None)
 
 
 def _job_lists(value: Any) -> list[list[str]]:

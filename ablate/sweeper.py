@@ -49,7 +49,8 @@ from ablate.ownership import claim_directory
 from ablate.tuning import choose_lr, final_stage, lr_text
 from ablate.record import load_records, read_record
 from ablate.stops import STOP_SIGNALS, SignalHandlers
-from ablate.sweep import SweepPlan
+from ablate.sweep import SweepPlan, job_signature
+from ablate.seed_rounds import round_jobs, round_line
 
 
 def run_sweep(sweeper: Any, arguments: list[str]) -> list[Any]:
@@ -116,6 +117,8 @@ def _run_stages(sweeper: Any, plan: SweepPlan, sweep_dir: Path, planner: Planner
     chosen = None
     if plan.tune is not None:
         chosen = _tuned_stage(stage, plan, sweep_dir, returns)
+    if plan.rounds is not None:
+        _seed_rounds(stage, plan, sweep_dir, chosen, returns)
     if plan.finetune is not None:
         _finetune_stage(stage, plan, sweep_dir, chosen, returns)
     return returns
@@ -158,6 +161,8 @@ def _tuned_stage(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, returns: li
     chosen, scores = choose_lr(load_records(sweep_dir), plan)
     first = list(plan.jobs)
     todo = final_stage(plan, chosen)  # the list --plan showed, at the rates now chosen
+    if plan.rounds is not None:  # seed=auto: the first round's final runs; the others as they are needed
+        todo = round_jobs(plan, todo, 1)
     plan.jobs = first + todo
     plan.tune.chosen, plan.tune.scores = chosen, scores
     plan.write(sweep_dir)
@@ -166,6 +171,41 @@ def _tuned_stage(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, returns: li
     if todo:
         returns.append(stage.launch(todo, len(first)))
     return chosen
+
+
+def _seed_rounds(stage: "_Stages", plan: SweepPlan, sweep_dir: Path, chosen: dict[str, float] | None,
+                 returns: list[Any]) -> None:
+    """``seed=auto``: after each round every comparison with its baseline is decided on the records
+    (``ablate.report.round_state``, the table's own verdicts); the next round's seeds run for the
+    variants still undecided and their baselines (rows stay paired by seed), until none is or the cap's
+    round has run. A relaunch replays the rounds from the records: each round's finished jobs are
+    found done, so it resumes where the sweep stopped, mid-round included."""
+    from ablate.report import load_sweep, round_state
+
+    rounds = plan.rounds
+    looks = rounds.looks()
+    pool = final_stage(plan, chosen) if plan.tune is not None else plan.definition
+    while True:
+        state = round_state(load_sweep(sweep_dir))
+        rounds.verdicts = {variant: {"verdict": v.verdict, "n": v.n, "round": v.round}
+                           for variant, v in state.verdicts.items()}
+        undecided = [variant for variant, v in state.verdicts.items() if v.verdict == "undecided"]
+        print(round_line(rounds, state.verdicts), flush=True)
+        if not undecided or rounds.run >= len(looks):
+            plan.write(sweep_dir)
+            return
+        need = set(undecided) | {state.baseline_of[variant] for variant in undecided}
+        rounds.run += 1
+        launched = {job_signature(job) for job in plan.jobs}
+        todo = [job for job in round_jobs(plan, pool, rounds.run) if plan.variant(job) in need]
+        first = len(plan.jobs)
+        plan.jobs = plan.jobs + [job for job in todo if job_signature(job) not in launched]
+        plan.write(sweep_dir)
+        low, high = looks[rounds.run - 2], looks[rounds.run - 1]
+        print(f"[ablate] round {rounds.run} of at most {len(looks)}: seeds {low}-{high - 1} for the {len(undecided)} "
+              f"undecided comparison(s) and their baseline(s): {len(todo)} job(s)", flush=True)
+        if todo:
+            returns.append(stage.launch(todo, first))
 
 
 def _record(sweep_dir: Path, config: Any, plan: SweepPlan, planner: Planner, redefine: bool) -> None:

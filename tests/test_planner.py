@@ -19,7 +19,7 @@ from ablate.planner import Planner, SweepError
 from ablate.tuning import choose_lr, final_jobs, final_stage, lr_text, tuning_jobs
 from ablate.preview import preview, render
 from ablate.record import Metrics, Record, Score
-from ablate.sweep import Budget, FineTune, SweepPlan, Tuning, job_signature, override_key, same_jobs
+from ablate.sweep import Budget, FineTune, Rounds, SweepPlan, Tuning, job_signature, override_key, same_jobs
 
 TINY = tiny_overrides(*QUIET)
 
@@ -370,8 +370,10 @@ def test_the_documented_sweep_file_is_the_code() -> None:
     assert set(doc["budget"]) == {f.name for f in fields(Budget)}
     assert set(doc["tune"]) == {f.name for f in fields(Tuning)}
     assert set(doc["finetune"]) == {f.name for f in fields(FineTune)}
+    assert set(doc["rounds"]) == {f.name for f in fields(Rounds)}
     plan = SweepPlan(swept=doc["swept"], jobs=doc["jobs"], definition=doc["definition"],
-                     budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]), finetune=FineTune(**doc["finetune"]))
+                     budget=Budget(**doc["budget"]), tune=Tuning(**doc["tune"]), finetune=FineTune(**doc["finetune"]),
+                     rounds=Rounds(**doc["rounds"]))
     assert json.loads(json.dumps(doc)) == json.loads(json.dumps(asdict(plan)))
 
 
