@@ -20,8 +20,10 @@ boundaries c_1..c_K follow by recursive numerical integration of the score proce
 McPherson & Rowe 1969; Jennison & Turnbull 2000, ch. 19): the density of the score on the
 continuation region of one look, convolved with the normal increment to the next, and each c_k
 found so that the chance of first crossing at look k is what the spending function allots it. The
-seed-to-seed variance is unknown, so each c_k is carried to the t scale at the same nominal
-two-sided level (p_k = 2(1 - Φ(c_k)), t_k = t_{1-p_k/2, n_k-1}: Jennison & Turnbull 2000, sec. 3.8).
+seed-to-seed variance is unknown, so the boundaries used are those of an exact sequential t-test
+with the same spending (Jennison & Turnbull 1991), set by simulation (``t_boundaries``): the nominal
+conversion of each c_k to Student's t at the same level (Jennison & Turnbull 2000, sec. 3.8) runs
+0.3-0.6 points above a 5 % alpha at the 2-9 degrees of freedom of a few seeds.
 
 At each look the interval mean ± t_k·sd/√n decides: it excludes 0, "different"; it lies inside
 (-mde, +mde), "equivalent" (what a TOST at that margin would say); otherwise "undecided", and the
@@ -29,9 +31,6 @@ comparison gets the next round. A decided comparison stops. Stopping for equival
 removes chances to reject, so the error rate of "different" holds; and since every interval has
 coverage at least 1 - alpha at every look, a row whose true difference is mde or more is called
 "equivalent" with probability at most alpha.
-
-The t conversion is an approximation at 2-9 degrees of freedom: a lone comparison is called
-"different" 5.3-5.6 % of the time at α = 5 % (scripts/sequential_calibration.py).
 
 A table compares m rows with their baselines, so "different" is controlled family-wise by Holm's
 step-down procedure written as a graph (Maurer & Bretz 2013, "Multiple testing in group sequential
@@ -158,13 +157,66 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
     return tuple(cs)
 
 
-@lru_cache(maxsize=65536)
+#: paths simulated under no difference to set the t-scale boundaries (``t_boundaries``), from a fixed seed
+CALIBRATION_PATHS = 200_000
+CALIBRATION_SEED = 20261204
+#: past this many pairs the nominal conversion is used: at 40 degrees of freedom and more, t and z agree
+#: closely enough that its excess over alpha is within the calibration's own Monte-Carlo error
+SIMULATED_PAIRS = 40
+#: a look whose allotted alpha is fewer paths than this keeps the nominal conversion (its quantile
+#: would rest on a handful of paths; such a look rejects almost never either way)
+FEWEST_PATHS = 25
+
+
+def _nominal(c: float, n: int) -> float:
+    """A z boundary carried to Student's t with n - 1 degrees of freedom at the same two-sided level."""
+    return float(stats.t.isf(special.ndtr(-c), n - 1))
+
+
+@lru_cache(maxsize=4096)
+def t_boundaries(ns: tuple[int, ...], cap: int, level: float, spending: str = "obrien_fleming") -> tuple[float, ...]:
+    """The repeated CI's t multipliers at the looks ``ns`` (paired seeds at each, increasing) of a
+    comparison whose cap is ``cap``: an exact sequential t-test's boundaries for Gaussian differences
+    (Jennison & Turnbull 1991, "Exact calculations for sequential t, chi-square and F tests"), found
+    by simulation. The t statistic is pivotal under no difference, so :data:`CALIBRATION_PATHS` paths
+    of standard normal pairs give its joint law at the looks; the first boundary is Student's t
+    quantile at the alpha spent there, and each later one the quantile of |t| among the paths not
+    stopped yet that lets through exactly the alpha the spending function allots that look. The
+    paths are drawn seed by seed from one fixed seed, so a prefix of ``ns`` gives a prefix of the
+    boundaries."""
+    nominal = [_nominal(c, n) for c, n in zip(boundaries(tuple(n / cap for n in ns), level, spending), ns)]
+    if ns[-1] > SIMULATED_PAIRS:
+        return tuple(nominal)
+    allotted = [spent(n / cap, level, spending) for n in ns]
+    rng = np.random.default_rng(CALIBRATION_SEED)
+    total, squares = np.zeros(CALIBRATION_PATHS), np.zeros(CALIBRATION_PATHS)
+    going = np.ones(CALIBRATION_PATHS, dtype=bool)
+    out, drawn = [], 0
+    for k, n in enumerate(ns):
+        for _ in range(n - drawn):
+            x = rng.standard_normal(CALIBRATION_PATHS)
+            total += x
+            squares += x * x
+        drawn = n
+        mean = total / n
+        t = np.abs(mean) / np.sqrt(np.maximum(squares - n * mean * mean, 1e-300) / (n - 1) / n)
+        passing = (allotted[k] - (allotted[k - 1] if k else 0.0)) * CALIBRATION_PATHS
+        if k == 0:
+            c = float(stats.t.isf(allotted[0] / 2, n - 1))
+        elif passing < FEWEST_PATHS:
+            c = nominal[k]
+        else:
+            ranked = np.sort(t[going])[::-1]
+            i = min(int(round(passing)), len(ranked) - 1)
+            c = float((ranked[i - 1] + ranked[i]) / 2)
+        out.append(c)
+        going &= t < c
+    return tuple(out)
+
+
 def t_critical(ns: tuple[int, ...], cap: int, level: float, spending: str = "obrien_fleming") -> float:
-    """The t-scale multiplier of the repeated CI at the last of the looks ``ns`` (paired seeds at
-    each look, increasing): its z boundary at fractions n/cap, at the same nominal two-sided level
-    on Student's t with n - 1 degrees of freedom."""
-    c = boundaries(tuple(n / cap for n in ns), level, spending)[-1]
-    return float(stats.t.isf(special.ndtr(-c), ns[-1] - 1))
+    """The t-scale multiplier of the repeated CI at the last of the looks ``ns`` (``t_boundaries``)."""
+    return t_boundaries(tuple(ns), cap, level, spending)[-1]
 
 
 def interval(values: list[float], ns: tuple[int, ...], cap: int, level: float,
@@ -305,8 +357,7 @@ def sequential_power(design: Design, sd: float, effect: float, level: float, rep
     means = np.stack([x[:, :n].mean(axis=1) for n in ns], axis=1)
     var = np.stack([x[:, :n].var(axis=1, ddof=1) for n in ns], axis=1)
     var[var <= (1e-12 * np.abs(x).max(initial=0.0)) ** 2] = 0.0  # zero spread: the interval is the mean
-    crit = np.array([t_critical(tuple(design.looks[:k + 1]), design.cap, level, design.spending)
-                     for k in range(len(ns))])
+    crit = np.array(t_boundaries(tuple(design.looks), design.cap, level, design.spending))
     half = crit * np.sqrt(var / ns)
     different = np.abs(means) > half
     stop = different | (np.abs(means) + half < design.mde)

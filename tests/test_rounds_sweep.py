@@ -151,10 +151,10 @@ def test_plan_sizes_the_seeds_from_a_spread_measured_before(tmp_path: Path, monk
 
 # ---------------------------------------------------------------------------------- sweeps through the CLI
 
-def _sweep(tmp_path: Path, name: str, *extra: str) -> tuple[Path, list[str]]:
+def _sweep(tmp_path: Path, name: str, *extra: str, variants: str = "independent,qk_shared,qkv_shared",
+           ) -> tuple[Path, list[str]]:
     sweep = tmp_path / name
-    return sweep, ["-m", "qkv_sharing=independent,qk_shared,qkv_shared", *ROUNDS, *TINY, *extra,
-                   f"hydra.sweep.dir={sweep}"]
+    return sweep, ["-m", f"qkv_sharing={variants}", *ROUNDS, *TINY, *extra, f"hydra.sweep.dir={sweep}"]
 
 
 def _check_rounds(sweep: Path) -> dict:
@@ -215,7 +215,8 @@ def test_rounds_run_under_a_parallel_launcher(tmp_path: Path) -> None:
     """Each round is a stage through the configured launcher (``sweeper._Stages``, as tuning and the
     fine-tune stage are): joblib here; submitit's and SLURM's job processes cost seconds each, and
     their stages are launched the same way (tests/test_launchers.py, tests/test_slurm.py)."""
-    sweep, args = _sweep(tmp_path, "joblib", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "logger=none")
+    sweep, args = _sweep(tmp_path, "joblib", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "logger=none",
+                         variants="independent,qkv_shared")
     out = run_cli(args, tmp_path, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     _check_rounds(sweep)

@@ -28,6 +28,19 @@ FIVE = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 # --- boundaries ----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("looks,spending", [((3, 5), "pocock"), ((3, 5, 7, 9, 10), "obrien_fleming"),
+                                            ((3, 5, 7, 9, 10), "pocock"), ((2, 4, 6), "obrien_fleming")])
+def test_one_comparison_alone_is_called_different_alpha_of_the_time(looks, spending) -> None:
+    """The t-scale boundaries are an exact sequential t-test's (simulated from their own seed, checked
+    here on other paths): a lone comparison of Gaussian differences with no difference, never stopped
+    for equivalence, is called different alpha of the time within 4 Monte-Carlo SEs (the nominal
+    conversion of the z boundaries gave 5.3-5.6 %)."""
+    reps = 100_000
+    design = Design(looks=looks, mde=1e-9, alpha=ALPHA, spending=spending)
+    rate, _ = sequential_power(design, sd=1.0, effect=0.0, level=ALPHA, reps=reps, seed=7)
+    assert abs(rate - ALPHA) < 4 * math.sqrt(ALPHA * (1 - ALPHA) / reps), rate
+
+
 def test_obrien_fleming_type_boundaries_match_the_published_five_look_values() -> None:
     # Lan–DeMets O'Brien–Fleming-type spending, 5 equal looks, two-sided alpha = 0.05
     assert boundaries(FIVE, ALPHA, "obrien_fleming") == pytest.approx((4.877, 3.357, 2.680, 2.290, 2.031), abs=0.01)
