@@ -209,6 +209,12 @@ def test_a_rounds_sweep_decides_row_by_row_and_ends_in_one_table(tmp_path: Path)
     assert json.loads((sweep / "sweep.json").read_text())["rounds"] == plan["rounds"]
     _check_rounds(sweep)
 
+    # the sweep's end kept its spreads: --plan of the same comparisons elsewhere sizes their seeds from them
+    elsewhere = [a if not a.startswith("hydra.sweep.dir=") else f"hydra.sweep.dir={tmp_path / 'next'}" for a in args]
+    planned = run_cli(["--plan", *elsewhere[1:]], tmp_path)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert planned.stdout.count(f"seeds ({sweep}") == 2, planned.stdout[-3000:]
+
 
 @pytest.mark.slow
 def test_rounds_run_under_a_parallel_launcher(tmp_path: Path) -> None:
