@@ -67,6 +67,10 @@ def test_experiments_declare_sweeps_seeds_and_budget() -> None:
     for path in (REPO / "experiments").glob("*.yaml"):
         raw = OmegaConf.load(path)
         params = raw.hydra.sweeper.params
+        if str(params.seed) == "auto":  # seeds in rounds: the experiment states its mde and cap; the rest it inherits
+            assert raw.stats.mde > 0 and raw.stats.max_seeds >= raw.stats.min_seeds >= 3, path.name
+            assert raw.get("defaults"), f"{path.name}: the rounds of an experiment its defaults name"
+            continue
         expected = "0,1" if path.stem in FEWER_SEEDS else "0,1,2"
         assert str(params.seed) == expected, f"{path.name}: 3 seeds by default (fewer only in FEWER_SEEDS, with why)"
         if raw.experiment.get("design"):
