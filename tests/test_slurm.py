@@ -157,3 +157,19 @@ def test_the_fine_tune_stage_runs_as_slurm_jobs_after_its_pretraining(tmp_path: 
         assert r["finetune"]["checkpoint"] == started_from["finetune"]["checkpoint"]
         assert r["job"]["started_at"] >= max(p["job"]["started_at"] + p["metrics"]["wall_time_s"] for p in pre.values())
     assert "classify" in (sweep / "table.md").read_text()
+
+
+def test_seed_rounds_run_as_slurm_job_arrays(tmp_path: Path, slurm_env: dict[str, str]) -> None:
+    """``seed=auto``: each round is one SLURM job array of the undecided rows' next seeds (the
+    sweeper's stage, as tuning and fine-tuning are), and the sweep ends in one table."""
+    from test_rounds_sweep import _check_rounds, _sweep
+
+    sweep, args = _sweep(tmp_path, "rounds", "logger=none", "hydra/launcher=submitit_slurm",
+                         "hydra.launcher.partition=local", "hydra.launcher.cpus_per_task=1",
+                         "hydra.launcher.timeout_min=5", variants="independent,qk_shared")
+    out = run_cli(args, tmp_path, env=slurm_env, timeout=400)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    plan = _check_rounds(sweep)
+    assert {r["job"]["launcher"] for r in records(sweep)} == {"submitit_slurm"}
+    arrays = {p.name.split("_")[0] for p in (sweep / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name)}
+    assert len(arrays) == plan["rounds"]["run"], "one job array per round"
