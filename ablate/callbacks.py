@@ -144,7 +144,7 @@ class SweepCallbacks(Callback):
             print(f"[ablate] note: {note}")
         if records:  # this machine's step times, for the next sweep's estimate (ablate --plan, its first line)
             self._remember_step_times(records)
-            self._remember_spreads(sweep)
+            self._remember_spreads(table)
         if table is not None:
             done = publish(table, records, sweep_dir, wandb=wandb)
             if done.written:
@@ -174,16 +174,16 @@ class SweepCallbacks(Callback):
             print(f"[ablate] note: this sweep's step times were not kept for later estimates ({describe_error(error)})")
 
     @staticmethod
-    def _remember_spreads(sweep: Any) -> None:
-        """The spreads of the sweep's paired differences, for ``--plan``'s power advice of later sweeps
+    def _remember_spreads(table: Any) -> None:
+        """The spreads of the table's paired differences, for ``--plan``'s power advice of later sweeps
         (``ablate.seed_spreads``); advisory, as the step times are."""
-        from ablate.power import sweep_spreads
+        from ablate.report.rounds import comparison_spreads
         from ablate.seed_spreads import remember
 
-        if sweep.plan is None:
+        if table is None:
             return
         try:
-            remember(sweep_spreads(sweep.records, sweep.plan, sweep.sweep_dir))
+            remember(comparison_spreads(table))
         except Exception as error:  # noqa: BLE001
             from ablate.console import describe_error
 

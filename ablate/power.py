@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from ablate.jobdir import job_dir_name
 from ablate.record import Record, read_record
-from ablate.seed_spreads import Spread, measured_now, paired_spread, recall, spread_key
+from ablate.seed_spreads import Spread, paired_spread, recall, spread_key
 from ablate.sweep import SweepPlan, split_override_string, variant_overrides
 
 
@@ -75,33 +75,17 @@ def baselines(plan: SweepPlan, spec: str | None, labels: dict[str, str] | None =
     return out
 
 
-def variant_values(records: Iterable[Record], plan: SweepPlan) -> tuple[dict[str, dict[int, float]], dict[str, dict]]:
+def variant_values(records: Iterable[Record], plan: SweepPlan) -> dict[str, dict[int, float]]:
     """Of ok records with a headline accuracy (pretraining and plain jobs; a fine-tune's are its
-    task's): variant -> {seed: accuracy}, and variant -> the config of its first such record."""
+    task's): variant -> {seed: accuracy}."""
     values: dict[str, dict[int, float]] = {}
-    configs: dict[str, dict] = {}
     for record in records:
         seed = record.config.get("seed")
         if not record.ok or record.stage == "finetune" or not isinstance(seed, int) \
                 or not isinstance(record.metrics.accuracy, (int, float)):
             continue
-        variant = plan.variant(record.overrides)
-        values.setdefault(variant, {})[seed] = float(record.metrics.accuracy)
-        configs.setdefault(variant, record.config)
-    return values, configs
-
-
-def sweep_spreads(records: list[Record], plan: SweepPlan, source: str | Path) -> dict[str, Spread]:
-    """The spreads a finished sweep measured, keyed for the cache (``ablate.seed_spreads``): one per
-    comparison whose rows share two seeds or more."""
-    experiment = dict(records[0].experiment or {}) if records else {}
-    values, configs = variant_values(records, plan)
-    out = {}
-    for variant, base in baselines(plan, experiment.get("baseline"), dict(experiment.get("labels") or {})).items():
-        measured = paired_spread(values.get(variant, {}), values.get(base, {}))
-        if measured is not None:
-            out[spread_key(configs[variant], configs[base])] = measured_now(*measured, source)
-    return out
+        values.setdefault(plan.variant(record.overrides), {})[seed] = float(record.metrics.accuracy)
+    return values
 
 
 def power_advice(planner: Any, plan: SweepPlan, sweep_dir: Path) -> PowerAdvice | None:
@@ -116,7 +100,7 @@ def power_advice(planner: Any, plan: SweepPlan, sweep_dir: Path) -> PowerAdvice 
     level = stats.alpha / max(1, len(pairs))
     effect = float(stats.mde) / 100.0
     found = (read_record(Path(sweep_dir) / job_dir_name(job)) for job in plan.definition)
-    values = variant_values([r for r in found if r is not None], plan)[0]
+    values = variant_values([r for r in found if r is not None], plan)
     first_job = {}
     for job in plan.definition:
         first_job.setdefault(plan.variant(job), job)

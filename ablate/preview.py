@@ -495,6 +495,13 @@ def _round_lines(plan: Preview) -> list[str]:
         [f"  seeds in rounds (seed=auto): one round of {looks[0]} seeds (stats.max_seeds = stats.min_seeds)"]
 
 
+def _pair_seconds(plan: Preview, pair: list[PlannedJob | None], seeds: int) -> float | None:
+    """What ``seeds`` seeds of a row and its baseline (a job of each) take here, or None unestimated."""
+    if not all(job is not None and job.estimate for job in pair):
+        return None
+    return seeds * sum(job.estimate.job_seconds(job.steps) for job in pair) / plan.parallel
+
+
 def _power_lines(plan: Preview) -> list[str]:
     """With ``stats.mde``: each comparison's seeds for the power asked, and what they cost here."""
     advice = plan.power
@@ -504,12 +511,11 @@ def _power_lines(plan: Preview) -> list[str]:
     step = {j.variant: j for j in plan.jobs}
     for entry in advice.comparisons:
         name = f"  {entry.variant} vs {entry.baseline}"
+        pair = [step.get(entry.variant), step.get(entry.baseline)]
         if entry.spread is None:
             first = plan.rounds.min_seeds if plan.rounds is not None else 2
-            pair = [step.get(entry.variant), step.get(entry.baseline)]
-            cost = (f"; {first} seeds of both rows cost about "
-                    f"{duration_text(first * sum(j.estimate.job_seconds(j.steps) for j in pair) / plan.parallel)} here"
-                    if all(j is not None and j.estimate for j in pair) else "")
+            seconds = _pair_seconds(plan, pair, first)
+            cost = f"; {first} seeds of both rows cost about {duration_text(seconds)} here" if seconds else ""
             lines.append(f"{name}: no spread of paired differences known for these settings (neither this sweep's "
                          f"records nor an earlier sweep's here){cost}, and the first round measures it")
             continue
@@ -517,10 +523,8 @@ def _power_lines(plan: Preview) -> list[str]:
         where = ("this sweep's records" if entry.from_records else
                  f"{spread.source}, {duration_text(max(0.0, time.time() - spread.at))} old")
         needed = (f"{entry.seeds} paired seeds" if entry.seeds is not None else "more seeds than it is sensible to run")
-        cost = ""
-        pair = [step.get(entry.variant), step.get(entry.baseline)]
-        if entry.seeds is not None and all(j is not None and j.estimate for j in pair):
-            cost = f" (about {duration_text(entry.seeds * sum(j.estimate.job_seconds(j.steps) for j in pair) / plan.parallel)} here for both rows)"
+        seconds = _pair_seconds(plan, pair, entry.seeds) if entry.seeds is not None else None
+        cost = f" (about {duration_text(seconds)} here for both rows)" if seconds else ""
         text = (f"{name}: sd of paired differences {100 * spread.sd:.2f} points over {spread.n} seeds ({where}): "
                 f"{needed}{cost}")
         if entry.rounds_power is not None:

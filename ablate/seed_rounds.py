@@ -17,10 +17,7 @@ from ablate.sweep import Rounds, SweepPlan, job_value
 
 def round_jobs(plan: SweepPlan, jobs: Iterable[list[str]], round_number: int) -> list[list[str]]:
     """The jobs of ``jobs`` whose seed is one round ``round_number`` (1-based) runs."""
-    looks = plan.rounds.looks()
-    low = looks[round_number - 2] if round_number > 1 else 0
-    high = looks[round_number - 1]
-    return [job for job in jobs if low <= int(job_value(job, "seed")) < high]
+    return [job for job in jobs if seed_round(plan.rounds, job) == round_number]
 
 
 def seed_round(rounds: Rounds, job: list[str]) -> int:

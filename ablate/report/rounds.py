@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ablate.report.comparisons import compared_rows
+from ablate.report.layout import TableLayout
 from ablate.report.records import LoadedSweep
 from ablate.report.table import SweepTable, build_table
+from ablate.seed_spreads import Spread, measured_now, spread_key
+from ablate.sweep import job_variant
 
 if TYPE_CHECKING:
     from ablate.sequential import Verdict
@@ -57,3 +60,25 @@ def round_state(sweep: LoadedSweep) -> RoundState:
     compared = compared_rows(table.rows, table.columns_key)
     return RoundState(verdicts={row.key: row.verdict for row in compared},
                       baseline_of={row.key: row.baseline_key for row in compared})
+
+
+def comparison_spreads(table: TableLayout) -> dict[str, Spread]:
+    """The spread of each comparison's paired differences (``Row.seed_diffs``: the table's own
+    pairing, at a tuned sweep's chosen rates) where it has two seeds or more, keyed for the per-user
+    cache (``ablate.seed_spreads``) by both rows' configs; a sweep's end keeps them for a later
+    ``--plan``'s power advice. Empty for a layout without paired rows (a ladder, a fine-tune sweep)."""
+    import statistics
+
+    if not isinstance(table, SweepTable) or table.sweep is None:
+        return {}
+    configs: dict[str, dict] = {}
+    for record in table.sweep.records:
+        if record.ok and record.config:
+            configs.setdefault(job_variant(record.overrides, table.sweep.swept), record.config)
+    out = {}
+    for row in compared_rows(table.rows, table.columns_key):
+        diffs = list(row.seed_diffs.values())
+        if len(diffs) >= 2 and row.key in configs and row.baseline_key in configs:
+            out[spread_key(configs[row.key], configs[row.baseline_key])] = measured_now(
+                statistics.stdev(diffs), len(diffs), table.sweep.sweep_dir or "")
+    return out
